@@ -1,0 +1,5 @@
+import sys
+
+from ccddp.cli import main
+
+sys.exit(main())
