@@ -1,0 +1,196 @@
+"""``ccddp bench collectives``: time each collective implementation, nccl-tests style.
+
+Each rank fills its buffer with values whose sum is known in closed form, so every
+result is checked (``#wrong``) without a second collective. Run under torchrun
+(``python -m ccddp.bench.collectives --sizes 1M ...``) or through the CLI, which
+launches the ranks itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from ccddp.bench.machine import machine_info
+from ccddp.bench.worker import init_from_env, run_worker
+from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
+from ccddp.crypto.counters import CryptoCounters
+from ccddp.errors import ConfigError
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+SCHEMA = "ccddp.bench.collectives/1"
+
+
+def parse_size(text: str) -> int:
+    """``64M`` -> 67108864 bytes (K, M, G are powers of 1024)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if t[-1:] in "KMG" else t)
+    except ValueError:
+        raise ConfigError(f"cannot read size {text!r}; use e.g. 4096, 1M, 64M") from None
+    if value <= 0:
+        raise ConfigError(f"size must be positive, got {text!r}")
+    return int(value * mult)
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw = algbw * factor."""
+    return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
+            "all_gather": (n - 1) / n, "broadcast": 1.0}[op]
+
+
+def _pattern(numel: int, rank: int, dtype: torch.dtype) -> torch.Tensor:
+    # Small integers are exact in every dtype and in any summation order.
+    return ((torch.arange(numel) % 7) + rank + 1).to(dtype)
+
+
+def _run_op(op: str, g: SecureGroup, numel: int, dtype: torch.dtype) -> tuple[float, int]:
+    """One timed call; returns (seconds, wrong elements)."""
+    n, r = g.world_size, g.rank
+    base = torch.arange(numel) % 7
+    if op == "all_reduce":
+        x = _pattern(numel, r, dtype)
+        expect = (base * n + n * (n + 1) // 2).to(dtype)
+        t0 = time.perf_counter()
+        all_reduce(x, g)
+        dt = time.perf_counter() - t0
+        got = x
+    elif op == "reduce_scatter":
+        per = numel // n
+        inp = _pattern(per * n, r, dtype)
+        out = torch.empty(per, dtype=dtype)
+        t0 = time.perf_counter()
+        reduce_scatter(out, inp, g)
+        dt = time.perf_counter() - t0
+        got, expect = out, (base[r * per:(r + 1) * per] * n + n * (n + 1) // 2).to(dtype)
+    elif op == "all_gather":
+        per = numel // n
+        inp = _pattern(per, r, dtype)
+        out = torch.empty(per * n, dtype=dtype)
+        t0 = time.perf_counter()
+        all_gather(out, inp, g)
+        dt = time.perf_counter() - t0
+        got = out
+        expect = torch.cat([_pattern(per, k, dtype) for k in range(n)])
+    else:
+        x = _pattern(numel, r, dtype)
+        t0 = time.perf_counter()
+        broadcast(x, 0, g)
+        dt = time.perf_counter() - t0
+        got, expect = x, _pattern(numel, 0, dtype)
+    wrong = int((got.float() - expect.float()).abs().gt(0).sum())
+    return dt, wrong
+
+
+def tag_granularity(s: CommSettings) -> str:
+    """What one AES-GCM tag covers under these settings."""
+    if not s.secure:
+        return "none"
+    if s.impl == "secure-naive" or s.tag == "message":
+        return "message"
+    return f"segment {s.segment_bytes / (1 << 20):g}MiB"
+
+
+def bench(args: argparse.Namespace) -> list[dict]:
+    n, rank = dist.get_world_size(), dist.get_rank()
+    dtype = DTYPES[args.dtype]
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    rows = []
+    for impl in args.impl.split(","):
+        settings = CommSettings(impl=impl, algorithm=args.algorithm, segment_bytes=int(args.segment_mb * (1 << 20)),
+                                tag=args.tag, chains=args.chains, allgather=args.allgather,
+                                timeout_s=args.timeout)
+        g = SecureGroup(settings)
+        for op in args.ops.split(","):
+            for size in args.sizes.split(","):
+                nbytes = parse_size(size)
+                numel = max(n, nbytes // itemsize)
+                if op in ("reduce_scatter", "all_gather"):
+                    numel -= numel % n
+                times, wrong = [], 0
+                before = g.counters.snapshot()
+                for i in range(args.warmup + args.iters):
+                    dist.barrier()
+                    if i == args.warmup:
+                        before = g.counters.snapshot()
+                    dt, w = _run_op(op, g, numel, dtype)
+                    if i >= args.warmup:
+                        times.append(dt)
+                        wrong += w
+                delta = CryptoCounters.diff(g.counters.snapshot(), before)
+                # The slowest rank defines a collective's time, as in nccl-tests.
+                t = torch.tensor([statistics.median(times)], dtype=torch.float64)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                wrong_t = torch.tensor([wrong], dtype=torch.int64)
+                dist.all_reduce(wrong_t)
+                sec = float(t)
+                algbw = numel * itemsize / sec / 1e9
+                it = args.iters
+                rows.append({
+                    "op": op, "impl": impl, "bytes": numel * itemsize, "count": numel, "type": args.dtype,
+                    "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none",
+                    "world_size": n, "time_us": sec * 1e6, "algbw_gbps": algbw,
+                    "busbw_gbps": algbw * bus_factor(op, n), "wrong": int(wrong_t),
+                    "seals_per_rank": delta["seals"] / it, "opens_per_rank": delta["opens"] / it,
+                    "segments_sealed_per_rank": delta["segments_sealed"] / it,
+                    "segments_opened_per_rank": delta["segments_opened"] / it,
+                    "crypto_busy_us_per_rank": delta["busy_seconds"] / it * 1e6,
+                    "control_seals_per_rank": delta["control_seals"] / it,
+                    "tag_granularity": tag_granularity(settings),
+                    "settings": settings.as_dict(), "iters": it, "warmup": args.warmup,
+                    "rank": rank,
+                })
+        g.close()
+    return rows
+
+
+def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ccddp bench collectives", description=__doc__.splitlines()[0],
+                                add_help=add_help)
+    p.add_argument("--sizes", default="1M,64M", help="comma list of buffer sizes, e.g. 1M,64M")
+    p.add_argument("--impl", default="gloo,ring,secure-naive,secure", help="comma list of implementations")
+    p.add_argument("--ops", default="all_reduce", help=f"comma list of {', '.join(OPS)}")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--algorithm", default="ring", choices=["ring", "tree"])
+    p.add_argument("--segment-mb", type=float, default=1.0, help="pipelining / tag unit of 'secure'")
+    p.add_argument("--tag", default="segment", choices=["segment", "message"])
+    p.add_argument("--chains", type=int, default=CommSettings().chains)
+    p.add_argument("--allgather", default="per-link", choices=["per-link", "group-key"])
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds any rank may wait on a peer")
+    p.add_argument("--json", default=None, help="write results here (rank 0)")
+    return p
+
+
+def validate(args: argparse.Namespace) -> None:
+    for op in args.ops.split(","):
+        if op not in OPS:
+            raise ConfigError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
+    for impl in args.impl.split(","):
+        CommSettings(impl=impl)
+    for size in args.sizes.split(","):
+        parse_size(size)
+    if args.iters < 1 or args.warmup < 0:
+        raise ConfigError("--iters must be >= 1 and --warmup >= 0")
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    validate(args)
+    init_from_env(args.timeout)
+    rows = bench(args)
+    if dist.get_rank() == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump({"schema": SCHEMA, "machine": machine_info(), "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    run_worker(main)

@@ -1,0 +1,62 @@
+"""Launches local ranks through ``torch.distributed.run`` (torchrun).
+
+Commands that "launch N local ranks themselves" call :func:`torchrun`; the same worker
+modules run unchanged under a user's own multi-node ``torchrun``.
+
+Example::
+
+    torchrun("ccddp.bench.collectives_worker", ["--sizes", "1M"], nproc=2)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE, GroupSecret
+from ccddp.errors import CCDDPError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job_env(extra: dict | None = None) -> dict:
+    """Environment for local workers: a fresh group secret unless the user set one."""
+    env = dict(os.environ)
+    if not env.get(ENV_SECRET) and not env.get(ENV_SECRET_FILE):
+        env[ENV_SECRET] = GroupSecret.generate().value.hex()
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra or {})
+    return env
+
+
+def torchrun(module: str, args: list[str], nproc: int, *, timeout_s: float = 3600, env: dict | None = None,
+             nnodes: int = 1, node_rank: int = 0, master_port: int | None = None, quiet: bool = False) -> None:
+    """Run ``python -m module args`` on ``nproc`` local ranks; raise :class:`CCDDPError` with
+    the workers' one-line reason if any exits non-zero."""
+    if nproc < 1:
+        raise CCDDPError(f"world size must be >= 1, got {nproc}")
+    port = master_port or free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
+           f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
+           "--max-restarts=0", "-m", module, *args]
+    proc = subprocess.run(cmd, env=env or job_env(), timeout=timeout_s, text=True,
+                          stdout=None if not quiet else subprocess.PIPE, stderr=subprocess.PIPE)
+    if proc.returncode != 0:
+        raise CCDDPError(f"{module} failed on {nproc} ranks: {reason(proc.stderr)}")
+
+
+def reason(stderr: str) -> str:
+    """The most telling line of a failed run's stderr: a ccddp error if there is one."""
+    lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
+    for marker in ("ccddp: error:", "IntegrityError", "ConfigError", "PeerTimeoutError", "Error:"):
+        for ln in lines:
+            if marker in ln:
+                return ln.split("]:", 1)[-1].strip()[:500]
+    return lines[-1][:500] if lines else "no output"

@@ -1,0 +1,45 @@
+"""``ccddp bench collectives``: nccl-tests style benchmark of every implementation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+
+from ccddp.errors import ConfigError
+
+
+def register(sub) -> None:
+    from ccddp.bench.collectives import build_parser
+
+    bench = sub.add_parser("bench", help="measure collectives")
+    inner = bench.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
+    p = inner.add_parser("collectives", parents=[build_parser(add_help=False)],
+                         help="time gloo / ring / secure-naive / secure collectives (nccl-tests table)")
+    p.add_argument("--world-size", type=int, default=2, help="local ranks to launch")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccddp.bench.collectives import validate
+    from ccddp.bench.launch import torchrun
+    from ccddp.report.tables import collectives_table, print_table
+
+    validate(args)
+    if args.world_size < 2:
+        raise ConfigError(f"--world-size must be >= 2 (a collective needs a peer), got {args.world_size}")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.json or os.path.join(tmp, "result.json")
+        forwarded = ["--sizes", args.sizes, "--impl", args.impl, "--ops", args.ops, "--dtype", args.dtype,
+                     "--algorithm", args.algorithm, "--segment-mb", str(args.segment_mb), "--tag", args.tag,
+                     "--chains", str(args.chains), "--allgather", args.allgather, "--iters", str(args.iters),
+                     "--warmup", str(args.warmup), "--timeout", str(args.timeout), "--json", out]
+        torchrun("ccddp.bench.collectives", forwarded, nproc=args.world_size)
+        with open(out) as f:
+            result = json.load(f)
+    rows = result["rows"]
+    print_table(collectives_table(rows, title=f"ccddp bench collectives, world size {args.world_size}"))
+    if args.json:
+        print(f"wrote {args.json}")
+    return 1 if any(r["wrong"] for r in rows) else 0

@@ -1,0 +1,167 @@
+"""The public collectives: ``all_reduce``, ``reduce_scatter``, ``all_gather``, ``broadcast``.
+
+Each takes a :class:`SecureGroup` whose settings pick the implementation: ``gloo``
+(torch.distributed's own, plaintext), ``ring`` (plaintext ring over P2P), ``secure-naive``
+(the paper's emulation) or ``secure`` (pipelined). Reduction is SUM, in place, on CPU
+tensors of any dtype; results equal ``dist.all_reduce`` up to summation order.
+
+Before a secure collective each rank sends its ring neighbour a sealed descriptor (op,
+element count, dtype, settings): ranks that call different collectives fail at once with
+a :class:`ConfigError` that says what differs, instead of with a failed tag.
+
+Example::
+
+    group = SecureGroup(CommSettings(impl="secure"), secret=GroupSecret.from_env())
+    grads = torch.randn(1 << 20)
+    all_reduce(grads, group)          # every hop AES-256-GCM sealed and verified
+"""
+
+from __future__ import annotations
+
+import struct
+
+import torch
+import torch.distributed as dist
+
+from ccddp.comm.group import SecureGroup
+from ccddp.comm.naive import run_naive
+from ccddp.comm.pipeline import dtype_name, run_pipelined
+from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan
+from ccddp.comm.tree import run_tree_allreduce, tree_links
+from ccddp.crypto.aad import FrameContext, Op, Phase
+from ccddp.crypto.channel import TAG_BYTES
+from ccddp.crypto.keys import digest
+from ccddp.errors import ConfigError
+
+_DESC = struct.Struct(">BQ12sI16s")
+
+
+def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
+    if t.device.type != "cpu":
+        raise ConfigError(f"{what}: ccddp's secure collectives take CPU tensors (got {t.device}); "
+                          "copy to host memory first")
+    if not t.is_contiguous():
+        raise ConfigError(f"{what}: tensor must be contiguous")
+    return t.view(-1)
+
+
+def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int) -> bytes:
+    return _DESC.pack(int(op), numel, dtype.encode()[:12], root,
+                      bytes.fromhex(digest(g.settings.fingerprint().encode())))
+
+
+def _explain(blob: bytes) -> str:
+    op, numel, dtype, root, _ = _DESC.unpack(blob)
+    name = dtype.rstrip(b"\0").decode(errors="replace")
+    return f"{Op(op).name.lower()} of {numel} {name} elements (root {root})"
+
+
+def _check_descriptors(g: SecureGroup, seq: int, mine: bytes, send_to: list[int], recv_from: list[int]) -> None:
+    """Exchange sealed descriptors with neighbours; a difference raises :class:`ConfigError`."""
+    tr, where = g.transport, f"descriptor#{seq}"
+    frames = {p: torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8) for p in recv_from}
+    works = {p: tr.irecv(frames[p], p) for p in recv_from}
+    sends = []
+    for p in send_to:
+        frame = torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8)
+        aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, g.rank, p, len(mine), "").pack()
+        g.tx(p).seal(mine, frame.numpy(), aad)
+        g.counters.add_message(sealed=True, control=True)
+        sends.append((tr.isend(frame, p), p))
+    for p in recv_from:
+        tr.wait(works[p], p, f"descriptor exchange of collective #{seq}")
+        theirs = bytearray(len(mine))
+        aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, p, g.rank, len(mine), "").pack()
+        g.rx(p).open(frames[p].numpy(), theirs, aad, collective=where, step=0)
+        g.counters.add_message(sealed=False, control=True)
+        if bytes(theirs) != mine:
+            if theirs[-16:] != mine[-16:]:
+                raise ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
+            raise ConfigError(f"collective #{seq} differs between ranks: rank {p} called "
+                              f"{_explain(bytes(theirs))}, rank {g.rank} called {_explain(mine)}")
+    for w, p in sends:
+        tr.wait(w, p, f"descriptor exchange of collective #{seq}")
+
+
+def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, root: int = 0) -> None:
+    s = g.settings
+    seq = g.next_seq()
+    if s.secure and s.check_descriptors:
+        send_to = sorted({st.send_peer for st in steps if st.send_peer is not None})
+        recv_from = sorted({st.recv_peer for st in steps if st.recv_peer is not None})
+        _check_descriptors(g, seq, _describe(g, op, flat.numel(), dtype_name(flat), root), send_to, recv_from)
+    if s.impl == "secure-naive":
+        run_naive(g, flat, steps, op, seq)
+    else:
+        seg = None if (s.tag == "message" and s.secure) else s.segment_bytes
+        run_pipelined(g, flat, steps, op, seq, secure=s.secure, seg_bytes=seg,
+                      group_key=s.allgather == "group-key")
+
+
+def all_reduce(tensor: torch.Tensor, group: SecureGroup) -> torch.Tensor:
+    """Sum ``tensor`` over the group, in place; returns it."""
+    flat = _flat(tensor, "all_reduce")
+    s = group.settings
+    if s.impl == "gloo":
+        dist.all_reduce(tensor, group=group.pg)
+    elif s.algorithm == "tree":
+        seq = group.next_seq()
+        if s.secure and s.check_descriptors:
+            parent, children = tree_links(group.rank, group.world_size)
+            peers = children + ([parent] if parent is not None else [])
+            _check_descriptors(group, seq, _describe(group, Op.TREE_ALL_REDUCE, flat.numel(), dtype_name(flat), 0),
+                               peers, peers)
+        seg = None if (s.tag == "message" or s.impl == "secure-naive") else s.segment_bytes
+        run_tree_allreduce(group, flat, seq, secure=s.secure, seg_bytes=seg)
+    else:
+        _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE)
+    return tensor
+
+
+def reduce_scatter(output: torch.Tensor, input: torch.Tensor, group: SecureGroup) -> torch.Tensor:
+    """``output`` (on rank r) = sum over ranks of chunk r of ``input``; ``input`` is unchanged.
+
+    ``input`` holds ``world_size * output.numel()`` elements.
+    """
+    n = group.world_size
+    out, inp = _flat(output, "reduce_scatter output"), _flat(input, "reduce_scatter input")
+    if inp.numel() != n * out.numel() or inp.dtype != out.dtype:
+        raise ConfigError(f"reduce_scatter: input must hold world_size x output elements of the same dtype "
+                          f"({inp.numel()} {inp.dtype} vs {n} x {out.numel()} {out.dtype})")
+    if group.settings.impl == "gloo":
+        dist.reduce_scatter_tensor(output, input, group=group.pg)
+        return output
+    work = inp.clone()
+    _run_ring(group, work, ring_plan(group.rank, n, work.numel(), "reduce_scatter"), Op.REDUCE_SCATTER)
+    a, b = chunk_bounds(work.numel(), n)[group.rank]
+    out.copy_(work[a:b])
+    return output
+
+
+def all_gather(output: torch.Tensor, input: torch.Tensor, group: SecureGroup) -> torch.Tensor:
+    """``output`` = the ``input`` of every rank, concatenated in rank order."""
+    n = group.world_size
+    out, inp = _flat(output, "all_gather output"), _flat(input, "all_gather input")
+    if out.numel() != n * inp.numel() or inp.dtype != out.dtype:
+        raise ConfigError(f"all_gather: output must hold world_size x input elements of the same dtype "
+                          f"({out.numel()} {out.dtype} vs {n} x {inp.numel()} {inp.dtype})")
+    if group.settings.impl == "gloo":
+        dist.all_gather_into_tensor(output, input, group=group.pg)
+        return output
+    a, b = chunk_bounds(out.numel(), n)[group.rank]
+    out[a:b].copy_(inp)
+    _run_ring(group, out, ring_plan(group.rank, n, out.numel(), "all_gather"), Op.ALL_GATHER)
+    return output
+
+
+def broadcast(tensor: torch.Tensor, src: int, group: SecureGroup) -> torch.Tensor:
+    """Copy ``tensor`` of group rank ``src`` to every rank (pipelined chain), in place."""
+    flat = _flat(tensor, "broadcast")
+    if not 0 <= src < group.world_size:
+        raise ConfigError(f"broadcast: src {src} is not a rank of a group of {group.world_size}")
+    if group.settings.impl == "gloo":
+        dist.broadcast(tensor, src=dist.get_global_rank(group.pg, src), group=group.pg)
+        return tensor
+    _run_ring(group, flat, chain_broadcast_plan(group.rank, group.world_size, flat.numel(), src),
+              Op.BROADCAST, root=src)
+    return tensor

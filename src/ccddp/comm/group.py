@@ -1,0 +1,138 @@
+"""A secure group: the process group, its session, its link channels and buffers.
+
+Creating one is collective: rank 0 draws a random session id, then every rank checks
+that world size, settings and key material agree (a one-way fingerprint of the secret,
+bound to the session) and fails with a :class:`ConfigError` naming the difference.
+
+Example::
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    group = SecureGroup(CommSettings(impl="secure"), secret=GroupSecret.from_env())
+    all_reduce(tensor, group)
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from ccddp.comm.settings import CommSettings
+from ccddp.comm.transport import Transport
+from ccddp.crypto.channel import LinkChannel, NonceRecorder, link_id
+from ccddp.crypto.counters import CryptoCounters
+from ccddp.crypto.engine import CryptoEngine
+from ccddp.crypto.keys import SESSION_ID_BYTES, GroupSecret, derive_link_key, derive_purpose_key
+from ccddp.errors import ConfigError
+
+# Link ids above this mark group-key channels (owner in the low bits), so their nonces
+# never collide with a per-link channel's even though the keys differ anyway.
+_GROUP_LINK_BASE = 0xFFFF0000
+
+
+class SecureGroup:
+    """Everything a rank needs to run secure collectives on one process group."""
+
+    def __init__(self, settings: CommSettings | None = None, secret: GroupSecret | None = None,
+                 pg: dist.ProcessGroup | None = None, *, recorder: NonceRecorder | None = None,
+                 transport: Transport | None = None, session_id: bytes | None = None) -> None:
+        if not dist.is_initialized():
+            raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
+        self.settings = settings or CommSettings()
+        self.pg = pg if pg is not None else dist.group.WORLD
+        self.rank = dist.get_rank(self.pg)
+        self.world_size = dist.get_world_size(self.pg)
+        if self.world_size < 2:
+            raise ConfigError("secure collectives need a world size of at least 2")
+        if self.settings.secure and secret is None:
+            secret = GroupSecret.from_env()
+        self.secret = secret
+        self.recorder = recorder
+        self.counters = CryptoCounters()
+        self.transport = transport or Transport(self.pg, self.settings.timeout_s)
+        self.seq = 0
+        self._tx: dict[int, LinkChannel] = {}
+        self._rx: dict[int, LinkChannel] = {}
+        self._group_rx: dict[int, LinkChannel] = {}
+        self._buffers: dict[str, torch.Tensor] = {}
+        self.session_id = session_id if session_id is not None else self._agree_session()
+        self._check_agreement()
+        self.engine = CryptoEngine(self.settings.chains) if self.settings.secure else None
+
+    # -- establishment -------------------------------------------------------------
+    def _agree_session(self) -> bytes:
+        box = [os.urandom(SESSION_ID_BYTES) if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=dist.get_global_rank(self.pg, 0), group=self.pg)
+        sid = box[0]
+        if not isinstance(sid, bytes) or len(sid) != SESSION_ID_BYTES:
+            raise ConfigError("session id from rank 0 is malformed")
+        return sid
+
+    def _check_agreement(self) -> None:
+        mine = {
+            "world_size": self.world_size,
+            "settings": self.settings.fingerprint(),
+            "key": self.secret.fingerprint(self.session_id).hex() if self.secret else None,
+        }
+        everyone: list = [None] * self.world_size
+        dist.all_gather_object(everyone, mine, group=self.pg)
+        for r, theirs in enumerate(everyone):
+            for field in ("world_size", "settings", "key"):
+                if theirs[field] != mine[field]:
+                    what = {"world_size": "world size", "settings": "collective settings",
+                            "key": "key material (group secret)"}[field]
+                    detail = "" if field == "key" else f": rank {r} has {theirs[field]}, rank {self.rank} has {mine[field]}"
+                    raise ConfigError(f"ranks disagree on {what}{detail}")
+
+    # -- channels ------------------------------------------------------------------
+    def _link(self, src: int, dst: int) -> LinkChannel:
+        assert self.secret is not None
+        key = derive_link_key(self.secret, self.session_id, src, dst)
+        return LinkChannel(key, link_id(src, dst), f"{src}->{dst}", rotate_after=self.settings.rotate_after,
+                           counters=self.counters, recorder=self.recorder)
+
+    def tx(self, dst: int) -> LinkChannel:
+        """Channel sealing frames this rank sends to ``dst``."""
+        if dst not in self._tx:
+            self._tx[dst] = self._link(self.rank, dst)
+        return self._tx[dst]
+
+    def rx(self, src: int) -> LinkChannel:
+        """Channel opening frames this rank receives from ``src``."""
+        if src not in self._rx:
+            self._rx[src] = self._link(src, self.rank)
+        return self._rx[src]
+
+    def group_channel(self, owner: int) -> LinkChannel:
+        """Group-key channel of frames sealed by ``owner`` (forwarded all-gather).
+
+        The sealing side (owner == rank) and every opening side advance the same counter
+        sequence, so each rank holds one channel per owner.
+        """
+        if owner not in self._group_rx:
+            assert self.secret is not None
+            key = derive_purpose_key(self.secret, self.session_id, "allgather-group-key")
+            self._group_rx[owner] = LinkChannel(
+                key, _GROUP_LINK_BASE | owner, f"group-key owner {owner}",
+                rotate_after=self.settings.rotate_after, counters=self.counters, recorder=self.recorder)
+        return self._group_rx[owner]
+
+    # -- buffers -------------------------------------------------------------------
+    def buffer(self, name: str, nbytes: int) -> torch.Tensor:
+        """A reusable uint8 scratch tensor of at least ``nbytes`` (grown, never shrunk)."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() < nbytes:
+            buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+            self._buffers[name] = buf
+        return buf[:nbytes]
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+        self._buffers.clear()

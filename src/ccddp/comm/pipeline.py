@@ -1,0 +1,209 @@
+"""Runs a schedule (``plan.Step`` list) with segments flowing through it.
+
+This is the ``secure`` (and plaintext ``ring``) engine, after CryptMPI: every receive of
+the collective is posted up front; the segment sent at step ``s`` is sealed as soon as
+the same segment of step ``s-1`` has been opened and reduced, on a pool of crypto
+threads (multi-chain), while earlier segments are in flight; sends are posted in order as
+their seals finish. Before blocking on a receive, every finished seal is sent, so no
+rank ever waits on a peer that waits on it.
+
+With ``group_key`` all-gather, a frame received in the all-gather phase is forwarded
+as ciphertext and opened once; only its owner sealed it.
+
+Nothing here is a library feature: torch.distributed gives P2P, not pipelined secure
+collectives, so this is written by hand.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from ccddp.comm.group import SecureGroup
+from ccddp.comm.plan import Step, segment_bounds
+from ccddp.crypto.aad import FrameContext, Op, Phase
+from ccddp.crypto.channel import TAG_BYTES
+
+ANY_RANK = 0xFFFF
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _run_all(jobs) -> None:
+    for job in jobs:
+        job()
+
+
+class _Pipeline:
+    def __init__(self, g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int,
+                 *, secure: bool, seg_bytes: int | None, group_key: bool) -> None:
+        self.g, self.flat, self.steps, self.op, self.seq = g, flat, steps, op, seq
+        self.secure = secure
+        self.group_key = group_key and secure
+        self.isz = flat.element_size()
+        self.u8 = flat.view(torch.uint8)
+        self.dtype = dtype_name(flat)
+        seg_elems = None if seg_bytes is None else max(1, seg_bytes // self.isz)
+        self.send_segs = [segment_bounds(*st.send_region, seg_elems) if st.send_region else [] for st in steps]
+        self.recv_segs = [segment_bounds(*st.recv_region, seg_elems) if st.recv_region else [] for st in steps]
+        self.where = f"{op.name.lower()}#{seq}"
+        self.rx_frames: dict[tuple[int, int], torch.Tensor] = {}
+        self.rx_work: dict[tuple[int, int], object] = {}
+        self.send_work: list[tuple[object, int]] = []
+        self.pending: deque = deque()
+
+    # -- frames --------------------------------------------------------------------
+    def _forwarding(self, s: int) -> bool:
+        """Step ``s`` moves group-key frames (all-gather phase in group-key mode)."""
+        return self.group_key and self.steps[s].phase == Phase.ALL_GATHER
+
+    def _forwards(self, s: int) -> bool:
+        """Step ``s`` sends a frame it received, unchanged, instead of sealing one."""
+        return self._forwarding(s) and s > 0 and self.steps[s - 1].phase == Phase.ALL_GATHER
+
+    def _ctx(self, s: int, j: int, src: int, dst: int, nbytes: int) -> bytes:
+        st = self.steps[s]
+        return FrameContext(self.g.session_id, self.seq, self.op, st.phase, st.wire_step, j,
+                            src, dst, nbytes, self.dtype).pack()
+
+    def _group_ctx(self, owner: int, j: int, nbytes: int) -> bytes:
+        # Identical for every receiver: the frame is forwarded unchanged around the ring.
+        return FrameContext(self.g.session_id, self.seq, self.op, Phase.ALL_GATHER, 0, j,
+                            owner, ANY_RANK, nbytes, self.dtype).pack()
+
+    def post_receives(self) -> None:
+        tag = TAG_BYTES if self.secure else 0
+        total = sum((b - a) * self.isz + tag for s in range(len(self.steps)) for a, b in self.recv_segs[s])
+        arena = self.g.buffer("rx", total)
+        off = 0
+        for s, st in enumerate(self.steps):
+            if st.recv_peer is None:
+                continue
+            for j, (a, b) in enumerate(self.recv_segs[s]):
+                if not self.secure and st.action == "copy":
+                    frame = self.u8[a * self.isz:b * self.isz]
+                else:
+                    n = (b - a) * self.isz + tag
+                    frame = arena[off:off + n]
+                    off += n
+                self.rx_frames[s, j] = frame
+                if frame.numel():
+                    self.rx_work[s, j] = self.g.transport.irecv(frame, st.recv_peer)
+        if self.secure:
+            scratch_bytes = sum((b - a) * self.isz for s, st in enumerate(self.steps)
+                                if st.action == "reduce" for a, b in self.recv_segs[s])
+            self.scratch = self.g.buffer("plain", scratch_bytes)
+            self._scratch_off = 0
+            tx_bytes = sum((b - a) * self.isz + TAG_BYTES for s in range(len(self.steps))
+                           if not self._forwards(s) for a, b in self.send_segs[s])
+            self.tx_arena = self.g.buffer("tx", tx_bytes)
+            self._tx_off = 0
+
+    def recv_job(self, s: int, j: int):
+        """The job that applies received segment ``(s, j)``; counters are taken now."""
+        st = self.steps[s]
+        a, b = self.recv_segs[s][j]
+        region = self.flat[a:b]
+        frame = self.rx_frames[s, j]
+        if not self.secure:
+            return (lambda: region.add_(frame.view(self.flat.dtype))) if st.action == "reduce" else None
+        nbytes = (b - a) * self.isz
+        if self._forwarding(s):
+            ch, aad = self.g.group_channel(st.recv_chunk), self._group_ctx(st.recv_chunk, j, nbytes)
+        else:
+            ch, aad = self.g.rx(st.recv_peer), self._ctx(s, j, st.recv_peer, self.g.rank, nbytes)
+        if j == 0:
+            self.g.counters.add_message(sealed=False)
+        if st.action == "copy":
+            return ch.open_job(frame.numpy(), self.u8[a * self.isz:b * self.isz].numpy(), aad,
+                               collective=self.where, step=s)
+        plain = self.scratch[self._scratch_off:self._scratch_off + nbytes]
+        self._scratch_off += nbytes
+        opened = ch.open_job(frame.numpy(), plain.numpy(), aad, collective=self.where, step=s)
+        as_dtype = plain.view(self.flat.dtype)
+
+        def open_and_reduce() -> None:
+            opened()
+            region.add_(as_dtype)
+
+        return open_and_reduce
+
+    def send_frame(self, s: int, j: int):
+        """``(frame, job)`` for sent segment ``(s, j)``: the job fills the frame."""
+        st = self.steps[s]
+        a, b = self.send_segs[s][j]
+        plain = self.u8[a * self.isz:b * self.isz]
+        if not self.secure:
+            return plain, None
+        if self._forwards(s):
+            return self.rx_frames[s - 1, j], None
+        nbytes = (b - a) * self.isz
+        frame = self.tx_arena[self._tx_off:self._tx_off + nbytes + TAG_BYTES]
+        self._tx_off += nbytes + TAG_BYTES
+        if self._forwarding(s):
+            ch, aad = self.g.group_channel(self.g.rank), self._group_ctx(self.g.rank, j, nbytes)
+        else:
+            ch, aad = self.g.tx(st.send_peer), self._ctx(s, j, self.g.rank, st.send_peer, nbytes)
+        if j == 0:
+            self.g.counters.add_message(sealed=True)
+        return frame, ch.seal_job(plain.numpy(), frame.numpy(), aad)
+
+    # -- flow ----------------------------------------------------------------------
+    def flush(self, block: bool) -> None:
+        while self.pending:
+            fut, s, frame = self.pending[0]
+            if fut is not None:
+                if not block and not fut.done():
+                    return
+                fut.result()
+            self.pending.popleft()
+            if frame is not None and frame.numel():
+                peer = self.steps[s].send_peer
+                self.send_work.append((self.g.transport.isend(frame, peer), peer))
+
+    def run(self) -> None:
+        self.post_receives()
+        steps, tr = self.steps, self.g.transport
+        for s in range(len(steps) + 1):
+            has_recv = s > 0 and steps[s - 1].recv_peer is not None
+            has_send = s < len(steps) and steps[s].send_peer is not None
+            if not (has_recv or has_send):
+                continue
+            if has_recv and has_send and self.recv_segs[s - 1] != self.send_segs[s]:
+                raise AssertionError("schedule must send at step s what it received at step s-1")
+            nseg = len(self.send_segs[s] if has_send else self.recv_segs[s - 1])
+            for j in range(nseg):
+                jobs = []
+                if has_recv:
+                    w = self.rx_work.get((s - 1, j))
+                    if w is not None:
+                        if not w.is_completed():
+                            self.flush(block=True)
+                        tr.wait(w, steps[s - 1].recv_peer, f"receive in {self.where} step {s - 1}")
+                    job = self.recv_job(s - 1, j)
+                    if job is not None:
+                        jobs.append(job)
+                frame = None
+                if has_send:
+                    frame, job = self.send_frame(s, j)
+                    if job is not None:
+                        jobs.append(job)
+                fut = None
+                if jobs and self.secure:
+                    fut = self.g.engine.submit(_run_all, jobs)
+                else:
+                    _run_all(jobs)
+                self.pending.append((fut, s, frame))
+                self.flush(block=False)
+        self.flush(block=True)
+        for w, peer in self.send_work:
+            tr.wait(w, peer, f"send in {self.where}")
+
+
+def run_pipelined(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
+                  secure: bool, seg_bytes: int | None, group_key: bool = False) -> None:
+    """Run ``steps`` on the 1-D contiguous CPU tensor ``flat`` in place."""
+    _Pipeline(g, flat, steps, op, seq, secure=secure, seg_bytes=seg_bytes, group_key=group_key).run()

@@ -1,0 +1,45 @@
+"""Point-to-point frames over torch.distributed, with finite waits.
+
+Every byte of a collective goes through :class:`Transport`, so tests (and users checking
+their cluster) can put an adversary on the link by subclassing it (see
+``ccddp.comm.adversary``). gloo P2P work objects have no futures; completion is polled
+with ``is_completed`` and awaited with a timeout.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ccddp.errors import PeerTimeoutError
+
+
+class Transport:
+    """Sends and receives uint8 tensors between ranks of one process group.
+
+    Ranks are group ranks; they are translated to global ranks for torch.distributed.
+    """
+
+    def __init__(self, pg: dist.ProcessGroup, timeout_s: float) -> None:
+        self.pg = pg
+        self.rank = dist.get_rank(pg)
+        self.timeout = timedelta(seconds=timeout_s)
+        self._global = [dist.get_global_rank(pg, r) for r in range(dist.get_world_size(pg))]
+
+    def isend(self, frame: torch.Tensor, dst: int):
+        return dist.isend(frame, self._global[dst], group=self.pg)
+
+    def irecv(self, frame: torch.Tensor, src: int):
+        return dist.irecv(frame, self._global[src], group=self.pg)
+
+    def wait(self, work, peer: int, what: str) -> None:
+        """Wait for ``work`` or raise :class:`PeerTimeoutError` naming the peer."""
+        try:
+            work.wait(self.timeout)
+        except RuntimeError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise PeerTimeoutError(
+                f"rank {self.rank}: {what} with rank {peer} did not complete within "
+                f"{self.timeout.total_seconds():g}s or the peer failed ({first[:200]})") from None

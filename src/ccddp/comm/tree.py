@@ -1,0 +1,96 @@
+"""Tree all-reduce: reduce up a binary tree rooted at rank 0, broadcast back down.
+
+Kept to measure the paper's ring-vs-tree argument (§IV-C-2): a middle rank opens frames
+from two children and its parent and seals for its parent and two children, each frame
+the whole buffer, while a ring rank handles ``1/n`` of it per step. Segments are sent
+asynchronously as soon as they are ready; crypto runs on the calling thread.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ccddp.comm.group import SecureGroup
+from ccddp.comm.pipeline import dtype_name
+from ccddp.comm.plan import segment_bounds
+from ccddp.crypto.aad import FrameContext, Op, Phase
+from ccddp.crypto.channel import TAG_BYTES
+
+
+def tree_links(rank: int, n: int) -> tuple[int | None, list[int]]:
+    """``(parent, children)`` of ``rank`` in the binary tree rooted at 0."""
+    parent = None if rank == 0 else (rank - 1) // 2
+    return parent, [c for c in (2 * rank + 1, 2 * rank + 2) if c < n]
+
+
+def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: bool,
+                       seg_bytes: int | None) -> None:
+    isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
+    op, where = Op.TREE_ALL_REDUCE, f"tree_all_reduce#{seq}"
+    parent, children = tree_links(g.rank, g.world_size)
+    segs = segment_bounds(0, flat.numel(), None if seg_bytes is None else max(1, seg_bytes // isz))
+    tag = TAG_BYTES if secure else 0
+    nbytes = flat.numel() * isz
+    per_frame = [(b - a) * isz for a, b in segs]
+
+    def ctx(phase: Phase, j: int, src: int, dst: int) -> bytes:
+        return FrameContext(g.session_id, seq, op, phase, 0, j, src, dst, per_frame[j], dtype).pack()
+
+    def frames(name: str, count: int) -> list[list[torch.Tensor]]:
+        arena = g.buffer(name, count * (nbytes + tag * len(segs)))
+        out, off = [], 0
+        for _ in range(count):
+            row = []
+            for n in per_frame:
+                row.append(arena[off:off + n + tag])
+                off += n + tag
+            out.append(row)
+        return out
+
+    up_rx = frames("tree-up-rx", len(children))
+    up_work = [[tr.irecv(f, c) for f in up_rx[i]] for i, c in enumerate(children)]
+    down_rx = frames("tree-down-rx", 1 if parent is not None else 0)
+    down_work = [tr.irecv(f, parent) for f in down_rx[0]] if parent is not None else []
+    tx = frames("tree-tx", 1 + len(children)) if secure else None
+    sends = []
+    plain = g.buffer("plain", max(per_frame)) if secure else None
+
+    def seal_and_send(j: int, dst: int, slot: int, phase: Phase) -> None:
+        a, b = segs[j]
+        region = u8[a * isz:b * isz]
+        if secure:
+            frame = tx[slot][j]
+            g.tx(dst).seal(region.numpy(), frame.numpy(), ctx(phase, j, g.rank, dst))
+        else:
+            frame = region
+        sends.append((tr.isend(frame, dst), dst))
+
+    for j, (a, b) in enumerate(segs):
+        for i, c in enumerate(children):
+            tr.wait(up_work[i][j], c, f"receive in {where}")
+            frame = up_rx[i][j]
+            if secure:
+                out = plain[:per_frame[j]]
+                g.rx(c).open(frame.numpy(), out.numpy(), ctx(Phase.TREE_UP, j, c, g.rank), collective=where, step=0)
+                frame = out
+            flat[a:b].add_(frame.view(flat.dtype))
+        if parent is not None:
+            seal_and_send(j, parent, 0, Phase.TREE_UP)
+    for j, (a, b) in enumerate(segs):
+        if parent is not None:
+            tr.wait(down_work[j], parent, f"receive in {where}")
+            region = u8[a * isz:b * isz]
+            if secure:
+                g.rx(parent).open(down_rx[0][j].numpy(), region.numpy(), ctx(Phase.TREE_DOWN, j, parent, g.rank),
+                                  collective=where, step=1)
+            else:
+                region.copy_(down_rx[0][j])
+        for i, c in enumerate(children):
+            seal_and_send(j, c, 1 + i, Phase.TREE_DOWN)
+    if secure:
+        # Messages: one per link direction, however many segments it was cut into.
+        for _ in range(len(children) + (parent is not None)):
+            g.counters.add_message(sealed=True)
+            g.counters.add_message(sealed=False)
+    for w, peer in sends:
+        tr.wait(w, peer, f"send in {where}")

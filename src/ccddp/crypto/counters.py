@@ -1,0 +1,61 @@
+"""Per-rank crypto counters: what was sealed and opened, and the time it took.
+
+``seals``/``opens`` count messages (one ring step's chunk, whatever its segmentation),
+so one ring all-reduce shows the paper's 2(n-1) seals and 2(n-1) opens per rank;
+``segments_sealed``/``segments_opened`` count AEAD frames (tags).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, fields
+
+
+@dataclass
+class CryptoCounters:
+    seals: int = 0
+    opens: int = 0
+    segments_sealed: int = 0
+    segments_opened: int = 0
+    bytes_sealed: int = 0
+    bytes_opened: int = 0
+    busy_seconds: float = 0.0
+    control_seals: int = 0
+    control_opens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add_frame(self, sealed: bool, nbytes: int, seconds: float) -> None:
+        with self._lock:
+            if sealed:
+                self.segments_sealed += 1
+                self.bytes_sealed += nbytes
+            else:
+                self.segments_opened += 1
+                self.bytes_opened += nbytes
+            self.busy_seconds += seconds
+
+    def add_message(self, sealed: bool, control: bool = False) -> None:
+        with self._lock:
+            if control:
+                if sealed:
+                    self.control_seals += 1
+                else:
+                    self.control_opens += 1
+            elif sealed:
+                self.seals += 1
+            else:
+                self.opens += 1
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+
+    def reset(self) -> None:
+        with self._lock:
+            for f in fields(self):
+                if not f.name.startswith("_"):
+                    setattr(self, f.name, f.default)
+
+    @staticmethod
+    def diff(after: dict, before: dict) -> dict:
+        return {k: after[k] - before[k] for k in after}

@@ -1,0 +1,24 @@
+"""Tables people already know how to read: nccl-tests columns for collectives."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def collectives_table(rows: list[dict], title: str = "") -> Table:
+    """nccl-tests columns (size, count, type, redop, time, algbw, busbw, #wrong) plus the
+    crypto counters ccddp adds."""
+    t = Table(title=title, show_lines=False)
+    for col in ("impl", "op", "size (B)", "count", "type", "redop", "time (us)", "algbw (GB/s)",
+                "busbw (GB/s)", "#wrong", "seals/rank", "opens/rank", "tags"):
+        t.add_column(col, justify="left" if col in ("impl", "op", "type", "redop", "tags") else "right")
+    for r in rows:
+        t.add_row(r["impl"], r["op"], str(r["bytes"]), str(r["count"]), r["type"], r["redop"],
+                  f"{r['time_us']:.1f}", f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}", str(r["wrong"]),
+                  f"{r['seals_per_rank']:g}", f"{r['opens_per_rank']:g}", r["tag_granularity"])
+    return t
+
+
+def print_table(table: Table) -> None:
+    Console(width=max(160, Console().width)).print(table)
