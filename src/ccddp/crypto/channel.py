@@ -54,7 +54,8 @@ class LinkChannel:
     """Seals (sender side) or opens (receiver side) the frames of one directed link."""
 
     def __init__(self, key: bytes, link_id: int, name: str, *, rotate_after: int = DEFAULT_ROTATE_AFTER,
-                 counters: CryptoCounters | None = None, recorder: NonceRecorder | None = None) -> None:
+                 counters: CryptoCounters | None = None, recorder: NonceRecorder | None = None,
+                 start_counter: int = 0) -> None:
         if len(key) != 32:
             raise ConfigError("AES-256-GCM needs a 32-byte key")
         if rotate_after < 1:
@@ -64,10 +65,13 @@ class LinkChannel:
         self.rotate_after = rotate_after
         self.counters = counters if counters is not None else CryptoCounters()
         self.recorder = recorder
+        self._epoch = start_counter // rotate_after
+        for e in range(1, self._epoch + 1):
+            key = ratchet(key, e)
         self._key = key
-        self._epoch = 0
         self._aead = AESGCM(key)
-        self._counter = 0
+        # Both ends must start from the same counter; only a resumed link starts above 0.
+        self._counter = start_counter
         self._lock = threading.Lock()
         self.failure: str | None = None
 

@@ -1,0 +1,84 @@
+"""Run a function on N local ranks (spawned processes, gloo) and collect what each returns.
+
+Rank functions must be importable (module level). An exception in a rank comes back as
+``RankFailure`` with its type name and message, so tests can assert on typed errors.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import traceback
+from datetime import timedelta
+
+
+class RankFailure(Exception):
+    def __init__(self, rank: int, type_name: str, message: str, tb: str = "") -> None:
+        super().__init__(f"rank {rank}: {type_name}: {message}\n{tb}")
+        self.rank, self.type_name, self.message = rank, type_name, message
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(fn, rank, world_size, port, pg_timeout, out, args):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
+    import torch
+
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=pg_timeout))
+        result = fn(rank, world_size, *args)
+        out.put((rank, "ok", result))
+    except BaseException as e:  # report every failure to the parent, typed
+        out.put((rank, "error", (type(e).__name__, str(e), traceback.format_exc())))
+    finally:
+        # Flush the queue's feeder thread, then skip destroy_process_group: after a
+        # failure it may wait on dead peers.
+        out.close()
+        out.join_thread()
+        os._exit(0)
+
+
+def run_ranks(fn, world_size: int, *args, timeout: float = 120.0, pg_timeout: float = 30.0,
+              return_failures: bool = False):
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` ranks; return results by rank.
+
+    With ``return_failures``, failures are returned as :class:`RankFailure` values instead
+    of raised (for tests where some ranks are expected to fail).
+    """
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_entry, args=(fn, r, world_size, port, pg_timeout, out, args), daemon=True)
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results: dict[int, object] = {}
+    try:
+        while len(results) < world_size:
+            try:
+                rank, status, value = out.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"ranks {sorted(set(range(world_size)) - set(results))} did not finish "
+                                   f"within {timeout}s") from None
+            results[rank] = value if status == "ok" else RankFailure(rank, *value)
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    ordered = [results[r] for r in range(world_size)]
+    if not return_failures:
+        for r in ordered:
+            if isinstance(r, RankFailure):
+                raise r
+    return ordered

@@ -1,0 +1,194 @@
+"""The AES-GCM link channel: framing against NIST vectors, and every way a frame can go wrong."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import cryptography_vectors
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ccddp.crypto import TAG_BYTES, FrameContext, LinkChannel, Op, Phase, link_id
+from ccddp.crypto.keys import GroupSecret, derive_link_key, ratchet
+from ccddp.errors import ConfigError, FrameFormatError, IntegrityError
+
+KEY = bytes(range(32))
+
+
+def _pair(**kw):
+    return LinkChannel(KEY, 7, "0->1", **kw), LinkChannel(KEY, 7, "0->1", **kw)
+
+
+def _aad(step=0, segment=0, nbytes=64):
+    return FrameContext(b"s" * 16, 1, Op.ALL_REDUCE, Phase.REDUCE_SCATTER, step, segment, 0, 1, nbytes,
+                        "float32").pack()
+
+
+def _nist_vectors():
+    with cryptography_vectors.open_vector_file("ciphers/AES/GCM/gcmEncryptExtIV256.rsp", "r") as f:
+        text = f.read()
+    vectors, cur, header = [], {}, {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("[") and "=" in line:
+            k, v = line[1:-1].split("=")
+            header[k.strip()] = int(v)
+        elif "=" in line:
+            k, v = line.split("=", 1)
+            cur[k.strip()] = v.strip()
+        elif not line and cur:
+            if header.get("IVlen") == 96 and header.get("Taglen") == 128 and "Tag" in cur:
+                vectors.append(dict(cur))
+            cur = {}
+    return vectors
+
+
+NIST = _nist_vectors()
+
+
+def test_nist_vectors_loaded():
+    assert len(NIST) > 100
+
+
+@pytest.mark.parametrize("vec", NIST[::7], ids=lambda v: f"count{v['Count']}")
+def test_framing_matches_nist_gcm(vec):
+    """The channel's nonce layout (link id || counter) and frame (ct || tag) are plain GCM."""
+    key, iv = bytes.fromhex(vec["Key"]), bytes.fromhex(vec["IV"])
+    pt, aad = bytes.fromhex(vec["PT"]), bytes.fromhex(vec["AAD"])
+    lid, counter = struct.unpack(">IQ", iv)
+    tx = LinkChannel(key, lid, "nist", start_counter=counter, rotate_after=1 << 64)
+    frame = bytearray(len(pt) + TAG_BYTES)
+    tx.seal(pt, frame, aad)
+    assert frame.hex() == vec["CT"] + vec["Tag"]
+    rx = LinkChannel(key, lid, "nist", start_counter=counter, rotate_after=1 << 64)
+    out = bytearray(len(pt))
+    rx.open(bytes(frame), out, aad)
+    assert bytes(out) == pt
+
+
+def test_roundtrip_and_counters():
+    tx, rx = _pair()
+    data = np.arange(64, dtype=np.uint8)
+    for i in range(3):
+        frame = bytearray(64 + TAG_BYTES)
+        tx.seal(data, frame, _aad(segment=i))
+        out = np.zeros(64, np.uint8)
+        rx.open(frame, out, _aad(segment=i))
+        assert (out == data).all()
+    assert tx.counter == rx.counter == 3
+    assert tx.counters.segments_sealed == 3 and tx.counters.bytes_sealed == 192
+
+
+def _sealed(tx, n=64, **aad):
+    frame = bytearray(n + TAG_BYTES)
+    tx.seal(os.urandom(n), frame, _aad(nbytes=n, **aad))
+    return frame
+
+
+def test_flipped_bit_raises_and_zeroes_output():
+    tx, rx = _pair()
+    frame = _sealed(tx)
+    frame[10] ^= 0x01
+    out = np.full(64, 0xAA, np.uint8)
+    with pytest.raises(IntegrityError) as e:
+        rx.open(frame, out, _aad(), collective="all_reduce#1", step=2)
+    assert "0->1" in str(e.value) and "all_reduce#1" in str(e.value) and "step 2" in str(e.value)
+    assert not out.any(), "unverified plaintext must not be left behind"
+
+
+def test_replayed_frame_fails():
+    tx, rx = _pair()
+    first = _sealed(tx)
+    rx.open(first, bytearray(64), _aad())
+    with pytest.raises(IntegrityError):
+        rx.open(first, bytearray(64), _aad())
+
+
+def test_reordered_frames_fail():
+    tx, rx = _pair()
+    a, b = _sealed(tx), _sealed(tx)
+    with pytest.raises(IntegrityError):
+        rx.open(b, bytearray(64), _aad())
+
+
+def test_dropped_frame_fails_on_the_next():
+    tx, rx = _pair()
+    _sealed(tx)  # dropped on the way
+    b = _sealed(tx)
+    with pytest.raises(IntegrityError):
+        rx.open(b, bytearray(64), _aad())
+
+
+def test_truncated_frame_is_a_format_error():
+    tx, rx = _pair()
+    frame = _sealed(tx)
+    with pytest.raises(FrameFormatError):
+        rx.open(frame[:-1], bytearray(64), _aad())
+
+
+def test_spliced_context_fails():
+    tx, rx = _pair()
+    frame = _sealed(tx, step=1)
+    with pytest.raises(IntegrityError):
+        rx.open(frame, bytearray(64), _aad(step=2))
+
+
+def test_wrong_key_fails():
+    tx = LinkChannel(KEY, 7, "0->1")
+    rx = LinkChannel(bytes(32), 7, "0->1")
+    with pytest.raises(IntegrityError):
+        rx.open(_sealed(tx), bytearray(64), _aad())
+
+
+def test_channel_refuses_use_after_failure():
+    tx, rx = _pair()
+    frame = _sealed(tx)
+    frame[0] ^= 1
+    with pytest.raises(IntegrityError):
+        rx.open(frame, bytearray(64), _aad())
+    with pytest.raises(IntegrityError, match="closed"):
+        rx.open(_sealed(tx), bytearray(64), _aad())
+
+
+def test_rotation_keeps_ends_in_step_and_nonces_unique():
+    seen = []
+    tx = LinkChannel(KEY, 7, "0->1", rotate_after=3, recorder=lambda k, n: seen.append((k, n)))
+    rx = LinkChannel(KEY, 7, "0->1", rotate_after=3)
+    for i in range(10):
+        frame = _sealed(tx)
+        rx.open(frame, bytearray(64), _aad())
+    assert tx.epoch == rx.epoch == 3
+    assert len(set(seen)) == len(seen) == 10
+    assert len({k for k, _ in seen}) == 4, "a new key every 3 messages"
+
+
+def test_link_keys_differ_per_direction_session_and_epoch():
+    s = GroupSecret(KEY)
+    k = derive_link_key(s, b"a" * 16, 0, 1)
+    assert k != derive_link_key(s, b"a" * 16, 1, 0)
+    assert k != derive_link_key(s, b"b" * 16, 0, 1)
+    assert derive_link_key(s, b"a" * 16, 0, 1, epoch=1) == ratchet(k, 1)
+
+
+def test_bad_configuration_is_typed():
+    with pytest.raises(ConfigError):
+        LinkChannel(b"short", 1, "x")
+    with pytest.raises(ConfigError):
+        GroupSecret(b"x" * 8)
+    with pytest.raises(ConfigError):
+        link_id(1 << 16, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(min_size=0, max_size=3000), flip=st.integers(min_value=0))
+def test_any_single_bit_flip_is_caught(data, flip):
+    tx, rx = _pair()
+    frame = bytearray(len(data) + TAG_BYTES)
+    tx.seal(data, frame, _aad(nbytes=len(data)))
+    bit = flip % (len(frame) * 8)
+    frame[bit // 8] ^= 1 << (bit % 8)
+    with pytest.raises(IntegrityError):
+        rx.open(frame, bytearray(len(data)), _aad(nbytes=len(data)))
