@@ -1,0 +1,85 @@
+"""``SecureDDP``: DistributedDataParallel whose gradients, parameters and buffers never
+cross a link in plaintext (``cc="on"``), or plain DDP with the same timing marks
+(``cc="off"``).
+
+CC-on changes three things in DDP:
+1. construction: ``init_sync=False`` and a secure broadcast of parameters and buffers
+   from rank 0 instead of DDP's plaintext one;
+2. every forward: ``broadcast_buffers=False`` and a secure broadcast of buffers instead;
+3. every backward: a comm hook that all-reduces each bucket securely on a worker thread.
+Each secure group runs on its own process group, so the worker's point-to-point traffic
+never interleaves with the main thread's broadcasts.
+
+Example::
+
+    dist.init_process_group("gloo")
+    model = SecureDDP(torch.nn.Linear(8, 8), cc="on", settings=CommSettings(impl="secure"))
+    loss = model(torch.randn(4, 8)).sum()
+    loss.backward()                        # gradients averaged with AES-GCM on every hop
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ccddp.comm import CommSettings, SecureGroup
+from ccddp.crypto import GroupSecret
+from ccddp.crypto.counters import CryptoCounters
+from ccddp.ddp.hooks import HookState, plain_allreduce_hook, secure_allreduce_hook
+from ccddp.ddp.sync import module_states, secure_broadcast_tensors
+from ccddp.errors import ConfigError
+
+
+class SecureDDP(DistributedDataParallel):
+    def __init__(self, module: torch.nn.Module, *, cc: str = "on", settings: CommSettings | None = None,
+                 secret: GroupSecret | None = None, bucket_cap_mb: float | None = None,
+                 broadcast_buffers: bool = True, **ddp_kwargs) -> None:
+        if cc not in ("on", "off"):
+            raise ConfigError(f"cc must be 'on' or 'off', got {cc!r}")
+        if not dist.is_initialized():
+            raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
+        settings = settings or CommSettings()
+        if cc == "on" and not settings.secure:
+            raise ConfigError(f"cc='on' needs a secure impl (secure or secure-naive), got {settings.impl!r}")
+        timeout = timedelta(seconds=settings.timeout_s)
+        if cc == "on":
+            super().__init__(module, init_sync=False, broadcast_buffers=False, bucket_cap_mb=bucket_cap_mb,
+                             **ddp_kwargs)
+            # new_group is collective: every rank creates both groups in this order.
+            hook_pg = dist.new_group(backend="gloo", timeout=timeout)
+            sync_pg = dist.new_group(backend="gloo", timeout=timeout)
+            self.hook_state = HookState(SecureGroup(settings, secret, hook_pg))
+            self.sync_group: SecureGroup | None = SecureGroup(settings, secret, sync_pg)
+            self.register_comm_hook(self.hook_state, secure_allreduce_hook)
+            secure_broadcast_tensors(module_states(self.module), self.sync_group)
+        else:
+            super().__init__(module, broadcast_buffers=broadcast_buffers, bucket_cap_mb=bucket_cap_mb, **ddp_kwargs)
+            self.hook_state = HookState(pg=self.process_group)
+            self.sync_group = None
+            self.register_comm_hook(self.hook_state, plain_allreduce_hook)
+        self.cc = cc
+        self.ccddp_settings = settings
+        self._secure_buffers = cc == "on" and broadcast_buffers and any(True for _ in self.module.buffers())
+
+    def forward(self, *args, **kwargs):
+        if self._secure_buffers and torch.is_grad_enabled():
+            # What DDP's broadcast_buffers does each forward, sealed.
+            secure_broadcast_tensors(module_states(self.module, params=False), self.sync_group)
+        return super().forward(*args, **kwargs)
+
+    def counters(self) -> dict:
+        """Crypto counters of this rank: gradient all-reduces and broadcasts, separately."""
+        empty = CryptoCounters().snapshot()
+        grads = self.hook_state.group.counters.snapshot() if self.hook_state.group else empty
+        sync = self.sync_group.counters.snapshot() if self.sync_group else empty
+        return {"gradients": grads, "broadcasts": sync}
+
+    def close(self) -> None:
+        self.hook_state.close()
+        for g in (self.hook_state.group, self.sync_group):
+            if g is not None:
+                g.close()
