@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import socket
 import traceback
@@ -37,7 +38,9 @@ def _entry(fn, rank, world_size, port, pg_timeout, out, args):
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=pg_timeout))
         result = fn(rank, world_size, *args)
-        out.put((rank, "ok", result))
+        # Plain pickle: multiprocessing would share tensors through file descriptors of
+        # a process that is about to exit.
+        out.put((rank, "ok", pickle.dumps(result)))
     except BaseException as e:  # report every failure to the parent, typed
         out.put((rank, "error", (type(e).__name__, str(e), traceback.format_exc())))
     finally:
@@ -70,7 +73,7 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 120.0, pg_timeout: fl
             except queue.Empty:
                 raise TimeoutError(f"ranks {sorted(set(range(world_size)) - set(results))} did not finish "
                                    f"within {timeout}s") from None
-            results[rank] = value if status == "ok" else RankFailure(rank, *value)
+            results[rank] = pickle.loads(value) if status == "ok" else RankFailure(rank, *value)
     finally:
         for p in procs:
             p.join(timeout=5)

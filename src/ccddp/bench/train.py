@@ -110,7 +110,12 @@ def train(args: argparse.Namespace) -> dict:
         loss = wl.loss(model, batch)
         t3 = time.perf_counter()
         state.last_bucket_ready = t3
-        loss.backward()
+        try:
+            loss.backward()
+        except RuntimeError:
+            if model.comm_failure() is not None:
+                raise model.comm_failure() from None
+            raise
         t4 = time.perf_counter()
         opt.step()
         opt.zero_grad(set_to_none=False)

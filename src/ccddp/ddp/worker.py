@@ -57,6 +57,10 @@ class CommWorker:
             else:
                 fut.set_result(tensor)
 
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=5)

@@ -71,6 +71,22 @@ class SecureDDP(DistributedDataParallel):
             secure_broadcast_tensors(module_states(self.module, params=False), self.sync_group)
         return super().forward(*args, **kwargs)
 
+    def comm_failure(self) -> BaseException | None:
+        """The typed error (e.g. ``IntegrityError``) that failed a bucket, if any.
+
+        DDP re-raises a failed comm-hook future as a ``RuntimeError`` from ``backward``;
+        this gives back the original error::
+
+            try:
+                loss.backward()
+            except RuntimeError:
+                if model.comm_failure():
+                    raise model.comm_failure() from None
+                raise
+        """
+        worker = self.hook_state.worker
+        return worker.failure if worker is not None else None
+
     def counters(self) -> dict:
         """Crypto counters of this rank: gradient all-reduces and broadcasts, separately."""
         empty = CryptoCounters().snapshot()

@@ -1,0 +1,138 @@
+"""Confidential DDP on real gloo ranks: same parameters as plain DDP, no plaintext
+collective during a CC-on step, the paper's operation counts, and a tampered gradient
+frame stops every rank."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dist_util import RankFailure, run_ranks
+
+SECRET = b"d" * 32
+FAMILIES = ["graphsage", "resnet50", "bert-base", "gpt2-large"]
+
+
+def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=False):
+    import torch.distributed as dist
+
+    from ccddp.comm import CommSettings
+    from ccddp.crypto import GroupSecret
+    from ccddp.ddp import SecureDDP
+    from ccddp.workloads import get_workload
+
+    wl = get_workload(workload, size="tiny", batch_size=2, seed=1)
+    torch.manual_seed(1234 + rank)  # different initial weights per rank: the init broadcast must fix that
+    module = wl.build_model(device="cpu")
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(rank * 0.01)
+    settings = CommSettings(impl="secure" if cc == "on" else "gloo", segment_bytes=4096, timeout_s=15)
+    model = SecureDDP(module, cc=cc, settings=settings, secret=GroupSecret(SECRET))
+    if transport_factory is not None:
+        g = model.hook_state.group
+        g.transport = transport_factory(g)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    calls = []
+    if forbid_plain:
+        forbidden = ["all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                     "reduce_scatter_tensor", "all_to_all", "gather", "scatter", "reduce", "all_gather_object",
+                     "broadcast_object_list", "_broadcast_coalesced", "barrier", "send", "recv"]
+        saved = {name: getattr(dist, name) for name in forbidden if hasattr(dist, name)}
+
+        def trap(name):
+            def f(*a, **k):
+                calls.append(name)
+                raise AssertionError(f"plaintext torch.distributed.{name} during a CC-on step")
+            return f
+
+        for name in saved:
+            setattr(dist, name, trap(name))
+    before = model.counters()["gradients"]
+    buckets_before = model.hook_state.buckets
+    try:
+        for step in range(steps):
+            loss = wl.loss(model, wl.make_batch(step, rank, n))
+            try:
+                loss.backward()
+            except RuntimeError:
+                if model.comm_failure() is not None:
+                    raise model.comm_failure() from None
+                raise
+            opt.step()
+            opt.zero_grad()
+    finally:
+        if forbid_plain:
+            for name, f in saved.items():
+                setattr(dist, name, f)
+    after = model.counters()["gradients"]
+    params = torch.cat([p.detach().float().view(-1) for p in model.module.parameters()])
+    result = {"params": params, "calls": calls, "seals": after["seals"] - before["seals"],
+              "opens": after["opens"] - before["opens"], "allreduces": model.hook_state.buckets - buckets_before}
+    model.close()
+    return result
+
+
+def _train_off_then_on(rank, n, workloads):
+    return {w: (_train(rank, n, w, "off"), _train(rank, n, w, "on")) for w in workloads}
+
+
+def test_cc_on_equals_cc_off_at_world_size_2():
+    res = run_ranks(_train_off_then_on, 2, FAMILIES, timeout=300)
+    for w in FAMILIES:
+        off, on = res[0][w]
+        # Two ranks: a+b is exact in either order and both hooks divide first, so bit-identical.
+        assert torch.equal(on["params"], off["params"]), w
+        assert torch.equal(on["params"], res[1][w][1]["params"]), w
+
+
+def test_cc_on_equals_cc_off_at_world_size_3():
+    res = run_ranks(_train_off_then_on, 3, ["bert-base", "graphsage"], timeout=300)
+    for w in ("bert-base", "graphsage"):
+        off, on = res[0][w]
+        assert torch.allclose(on["params"], off["params"], rtol=1e-5, atol=1e-6), w
+        assert torch.equal(on["params"], res[2][w][1]["params"]), "ranks must end identical"
+
+
+def test_no_plaintext_collective_during_a_cc_on_step_and_counts():
+    n = 3
+    res = run_ranks(_train, n, "resnet50", "on", 2, None, True)
+    for r in res:
+        assert r["calls"] == []
+        # Seals per rank = 2(n-1) per all-reduce call (descriptors are counted apart).
+        assert r["allreduces"] >= 2
+        assert r["seals"] == 2 * (n - 1) * r["allreduces"]
+        assert r["opens"] == 2 * (n - 1) * r["allreduces"]
+
+
+class _Tamper:
+    """Flips one bit of the 3rd gradient frame this rank sends."""
+
+    def __init__(self, group):
+        self.inner = group.transport
+        self.sent = 0
+
+    def isend(self, frame, dst):
+        self.sent += 1
+        if self.sent == 3:
+            frame = frame.clone()
+            frame[frame.numel() // 2] ^= 1
+        return self.inner.isend(frame, dst)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _tamper_factory(group):
+    return _Tamper(group) if group.rank == 1 else group.transport
+
+
+def _train_tampered(rank, n):
+    return _train(rank, n, "bert-base", "on", 3, _tamper_factory)
+
+
+def test_tampered_gradient_frame_stops_every_rank():
+    res = run_ranks(_train_tampered, 2, timeout=120, pg_timeout=20, return_failures=True)
+    assert all(isinstance(r, RankFailure) for r in res), res
+    # Rank 0 received the flipped frame: an integrity error naming the link.
+    assert res[0].type_name == "IntegrityError" and "1->0" in res[0].message, res[0]
