@@ -54,7 +54,21 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--tag", default="segment", choices=["segment", "message"])
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any rank may wait on a peer")
     p.add_argument("--json", default=None, help="write results here (rank 0)")
+    p.add_argument("--variants", default=None, help=argparse.SUPPRESS)  # characterize: off,on:naive,... in one launch
+    p.add_argument("--out-dir", default=None, help=argparse.SUPPRESS)  # characterize: one JSON per variant
     return p
+
+
+def parse_variant(text: str) -> tuple[str, str]:
+    """``off`` / ``on:naive`` / ``on:pipelined`` -> (cc, schedule)."""
+    cc, _, schedule = text.partition(":")
+    if cc not in ("on", "off") or (cc == "on" and schedule not in SCHEDULES):
+        raise ConfigError(f"bad variant {text!r}: use off, on:naive or on:pipelined")
+    return cc, schedule or "pipelined"
+
+
+def variant_key(workload: str, world_size: int, cc: str, schedule: str | None) -> str:
+    return f"{workload}/ws{world_size}/cc-{cc}" + (f"/{schedule}" if cc == "on" else "")
 
 
 def settings_from(args: argparse.Namespace) -> CommSettings:
@@ -165,9 +179,30 @@ def train(args: argparse.Namespace) -> dict:
     }
 
 
+def run_variants(args: argparse.Namespace) -> None:
+    """Several variants in one launch (one torch/transformers import), each written to
+    ``out_dir/<key>.json`` as soon as it is done, so an interrupted sweep keeps them."""
+    import os
+
+    for text in args.variants.split(","):
+        cc, schedule = parse_variant(text)
+        one = argparse.Namespace(**{**vars(args), "cc": cc, "schedule": schedule})
+        result = train(one)
+        if dist.get_rank() == 0:
+            key = variant_key(result["workload"], result["world_size"], cc, schedule if cc == "on" else None)
+            path = os.path.join(args.out_dir, key.replace("/", "__") + ".json")
+            with open(path + ".tmp", "w") as f:
+                json.dump(result, f)
+            os.replace(path + ".tmp", path)
+        dist.barrier()
+
+
 def main() -> None:
     args = build_parser().parse_args()
     init_from_env(args.timeout)
+    if args.variants:
+        run_variants(args)
+        return
     result = train(args)
     if dist.get_rank() == 0:
         if args.json:

@@ -1,0 +1,162 @@
+"""``ccddp characterize``: the paper's study on the user's own machine.
+
+Every workload runs CC-off and CC-on (the paper's naive schedule and ccddp's pipelined
+one) at every world size, each (workload, world size) in one torchrun launch. Every
+finished run is merged into ``DIR/results.json`` at once, written atomically, so the file
+is always valid; re-running on the same DIR keeps what is there and runs only what is
+missing or failed.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+
+from ccddp.bench.machine import machine_info
+from ccddp.bench.train import variant_key
+from ccddp.errors import CCDDPError, ConfigError
+
+SCHEMA = "ccddp.characterize/1"
+QUICK = {"workloads": ["graphsage", "resnet50", "bert-base"], "world_sizes": [2, 3],
+         "schedules": ["naive", "pipelined"], "steps": 2, "warmup": 1}
+FULL = {"workloads": ["graphsage", "resnet50", "resnet101", "bert-base", "bert-large", "gpt2-large", "gpt2-xl"],
+        "world_sizes": [2, 3, 4], "schedules": ["naive", "pipelined"], "steps": 3, "warmup": 1}
+
+
+@dataclass(frozen=True)
+class Plan:
+    workloads: list[str]
+    world_sizes: list[int]
+    schedules: list[str]
+    steps: int
+    warmup: int
+    size: str = "default"
+    quick: bool = False
+
+    def variants(self) -> list[str]:
+        return ["off"] + [f"on:{s}" for s in self.schedules]
+
+    def keys(self, workload: str, ws: int) -> list[str]:
+        return [variant_key(workload, ws, "off", None)] + [variant_key(workload, ws, "on", s) for s in self.schedules]
+
+    def as_dict(self) -> dict:
+        return {"workloads": self.workloads, "world_sizes": self.world_sizes, "schedules": self.schedules,
+                "steps": self.steps, "warmup": self.warmup, "size": self.size, "quick": self.quick}
+
+
+def load(path: str) -> dict | None:
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} is not valid JSON ({e}); move it away to start over") from None
+    if data.get("schema") != SCHEMA:
+        raise ConfigError(f"{path} has schema {data.get('schema')!r}, expected {SCHEMA!r}")
+    return data
+
+
+def save(path: str, data: dict) -> None:
+    """Atomic: a reader (or an interrupted run) never sees a half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".results.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+def bucket_summary(workloads: list[str]) -> dict:
+    """Paper Fig. 6 inputs: parameters and all-reduce calls per iteration (DDP's default caps, fp32)."""
+    from ccddp.workloads import PAPER, bucket_plan
+
+    out = {}
+    for w in workloads:
+        plan = bucket_plan(w, dtype="float32")
+        out[w] = {"num_params": plan.num_params, "num_buckets": plan.num_buckets,
+                  "bucket_bytes": list(plan.bucket_bytes), "dtype": "float32",
+                  "paper_allreduce_calls": PAPER[w].get("fig6_allreduces")}
+    return out
+
+
+def new_results(plan: Plan) -> dict:
+    return {"schema": SCHEMA, "machine": machine_info(), "config": plan.as_dict(), "buckets": {}, "runs": [],
+            "projections": []}
+
+
+def merge_run(data: dict, run: dict) -> None:
+    data["runs"] = [r for r in data["runs"] if r["key"] != run["key"]] + [run]
+    data["runs"].sort(key=lambda r: r["key"])
+
+
+def pending(data: dict, plan: Plan) -> list[tuple[str, int]]:
+    done = {r["key"] for r in data["runs"] if r["status"] == "ok"}
+    return [(w, n) for w in plan.workloads for n in plan.world_sizes
+            if not all(k in done for k in plan.keys(w, n))]
+
+
+def run_group(plan: Plan, workload: str, ws: int, data: dict, out_path: str, timeout_s: float) -> None:
+    """One torchrun launch for all variants of (workload, world size); merges each result."""
+    from ccddp.bench.launch import torchrun
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["--workload", workload, "--size", plan.size, "--steps", str(plan.steps), "--warmup",
+                str(plan.warmup), "--variants", ",".join(plan.variants()), "--out-dir", tmp,
+                "--timeout", str(timeout_s)]
+        error = None
+        try:
+            torchrun("ccddp.bench.train", args, nproc=ws, quiet=True, timeout_s=timeout_s * 4 + 900)
+        except CCDDPError as e:
+            error = str(e)
+        except Exception as e:  # a timeout of the whole launch: record it, keep going
+            error = f"{type(e).__name__}: {e}"
+        finished = {}
+        for path in glob.glob(os.path.join(tmp, "*.json")):
+            with open(path) as f:
+                result = json.load(f)
+            finished[variant_key(result["workload"], result["world_size"], result["cc"], result["schedule"])] = result
+    for key in plan.keys(workload, ws):
+        _, _, cc, *sched = key.split("/")
+        run = {"key": key, "workload": workload, "world_size": ws, "cc": cc.removeprefix("cc-"),
+               "schedule": sched[0] if sched else None}
+        if key in finished:
+            run.update(status="ok", error=None, result=finished[key])
+        else:
+            run.update(status="failed", error=error or "did not finish", result=None)
+        merge_run(data, run)
+    save(out_path, data)
+
+
+def characterize(plan: Plan, out_dir: str, *, timeout_s: float = 600.0, progress=None,
+                 project: bool = True) -> dict:
+    """Run what ``out_dir/results.json`` lacks of ``plan``; return the results."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "results.json")
+    data = load(path) or new_results(plan)
+    data["config"] = plan.as_dict()
+    missing = [w for w in plan.workloads if w not in data["buckets"]]
+    if missing:
+        data["buckets"].update(bucket_summary(missing))
+    save(path, data)
+    todo = pending(data, plan)
+    for i, (workload, ws) in enumerate(todo):
+        if progress:
+            progress(i, len(todo), f"{workload} at world size {ws}")
+        run_group(plan, workload, ws, data, path, timeout_s)
+    if progress:
+        progress(len(todo), len(todo), "done")
+    if project:
+        data["projections"] = projections(plan.workloads)
+        save(path, data)
+    return data
+
+
+def projections(workloads: list[str]) -> list[dict]:
+    """Model projections to GPUs not measured here (paper-h100 profile), if the model is installed."""
+    try:
+        from ccddp.sim.project import project_paper_gpus
+    except ImportError:
+        return []
+    return project_paper_gpus(workloads)
