@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 
+from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE
 from ccddp.errors import ConfigError
 
 
@@ -48,6 +49,9 @@ def check_request(args: argparse.Namespace) -> None:
         raise ConfigError("--steps must be >= 1 and --warmup >= 0")
     if args.nnodes > 1 and args.master_port is None:
         raise ConfigError("with --nnodes > 1 give every node the same --master-port")
+    if args.nnodes > 1 and args.cc == "on" and not (os.environ.get(ENV_SECRET) or os.environ.get(ENV_SECRET_FILE)):
+        raise ConfigError(f"with --nnodes > 1 every node needs the same group secret: set {ENV_SECRET} "
+                          f"or {ENV_SECRET_FILE} on each node")
     check_fits(workload_from(args), args.world_size)
 
 
