@@ -19,6 +19,11 @@ def register(sub) -> None:
                          help="time gloo / ring / secure-naive / secure collectives (nccl-tests table)")
     p.add_argument("--world-size", type=int, default=2, help="local ranks to launch")
     p.set_defaults(func=run)
+    c = inner.add_parser("channel", help="secure channel seal/open vs raw AES-GCM on one thread")
+    c.add_argument("--size", default="4M", help="buffer size (default 4M)")
+    c.add_argument("--reps", type=int, default=40)
+    c.add_argument("--json", default=None)
+    c.set_defaults(func=run_channel)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,3 +48,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(f"wrote {args.json}")
     return 1 if any(r["wrong"] for r in rows) else 0
+
+
+def run_channel(args: argparse.Namespace) -> int:
+    from ccddp.bench.channel import bench_channel
+    from ccddp.bench.collectives import parse_size
+    from ccddp.bench.machine import machine_info
+
+    if args.reps < 1:
+        raise ConfigError("--reps must be >= 1")
+    r = bench_channel(parse_size(args.size), args.reps)
+    g = r["gbps"]
+    print(f"{r['bytes']} B, median of {r['reps']}: seal raw {g['raw_seal']:.2f} GB/s, channel {g['channel_seal']:.2f} "
+          f"GB/s ({r['seal_ratio']:.0%}); open raw {g['raw_open']:.2f} GB/s, channel {g['channel_open']:.2f} GB/s "
+          f"({r['open_ratio']:.0%})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"schema": "ccddp.bench.channel/1", "machine": machine_info(), **r}, f, indent=2)
+    return 0
