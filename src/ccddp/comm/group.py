@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -23,6 +24,7 @@ from ccddp.comm.transport import Transport
 from ccddp.crypto.channel import LinkChannel, NonceRecorder, link_id
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.engine import CryptoEngine
+from ccddp.crypto.establish import EstablishedKeys, KeyEstablishment
 from ccddp.crypto.keys import SESSION_ID_BYTES, GroupSecret, derive_link_key, derive_purpose_key
 from ccddp.errors import ConfigError
 
@@ -31,12 +33,37 @@ from ccddp.errors import ConfigError
 _GROUP_LINK_BASE = 0xFFFF0000
 
 
+def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None) -> list[bytes]:
+    """All-gather one byte string per rank over ``pg`` (untrusted): plain uint8 tensors,
+    never pickle, because ``*_object`` collectives unpickle what peers send and the host
+    that carries those bytes could make a TEE run its code.
+
+    Example::
+
+        names = exchange_bytes(socket.gethostname().encode())   # [b"node0", b"node1", ...]
+    """
+    n = dist.get_world_size(pg)
+    sizes = torch.zeros(n, dtype=torch.int64)
+    dist.all_gather_into_tensor(sizes, torch.tensor([len(blob)], dtype=torch.int64), group=pg)
+    width = max(1, int(sizes.max()))
+    if width > 1 << 26 or int(sizes.min()) < 0:
+        raise ConfigError(f"a rank announced a control message of {width} bytes; refusing it")
+    mine = torch.zeros(width, dtype=torch.uint8)
+    if blob:
+        mine[:len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+    everyone = torch.empty(n * width, dtype=torch.uint8)
+    dist.all_gather_into_tensor(everyone, mine, group=pg)
+    raw = everyone.numpy().tobytes()
+    return [raw[r * width:r * width + int(sizes[r])] for r in range(n)]
+
+
 class SecureGroup:
     """Everything a rank needs to run secure collectives on one process group."""
 
     def __init__(self, settings: CommSettings | None = None, secret: GroupSecret | None = None,
                  pg: dist.ProcessGroup | None = None, *, recorder: NonceRecorder | None = None,
-                 transport: Transport | None = None, session_id: bytes | None = None) -> None:
+                 transport: Transport | None = None, session_id: bytes | None = None,
+                 establishment: KeyEstablishment | None = None) -> None:
         if not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
         self.settings = settings or CommSettings()
@@ -45,8 +72,18 @@ class SecureGroup:
         self.world_size = dist.get_world_size(self.pg)
         if self.world_size < 2:
             raise ConfigError("secure collectives need a world size of at least 2")
-        if self.settings.secure and secret is None:
-            secret = GroupSecret.from_env()
+        if self.settings.secure and secret is None and establishment is None:
+            # CCDDP_IDENTITY selects the authenticated exchange; else the pre-shared secret.
+            establishment = KeyEstablishment.from_env()
+            if establishment is None:
+                secret = GroupSecret.from_env()
+        self.keys: EstablishedKeys | None = None
+        if establishment is not None:
+            if secret is not None or session_id is not None:
+                raise ConfigError("pass either a pre-shared secret (and session id) or an establishment, not both")
+            self.keys = establishment.run(self.rank, self.world_size, self.exchange_bytes,
+                                          context=self.settings.fingerprint().encode())
+            secret, session_id = self.keys.group_secret, self.keys.session_id
         self.secret = secret
         self.recorder = recorder
         self.counters = CryptoCounters()
@@ -61,13 +98,14 @@ class SecureGroup:
         self.engine = CryptoEngine(self.settings.chains) if self.settings.secure else None
 
     # -- establishment -------------------------------------------------------------
+    def exchange_bytes(self, blob: bytes) -> list[bytes]:
+        """All-gather one byte string per rank over this group's process group."""
+        return exchange_bytes(blob, self.pg)
+
     def _agree_session(self) -> bytes:
-        box = [os.urandom(SESSION_ID_BYTES) if self.rank == 0 else None]
-        dist.broadcast_object_list(box, src=dist.get_global_rank(self.pg, 0), group=self.pg)
-        sid = box[0]
-        if not isinstance(sid, bytes) or len(sid) != SESSION_ID_BYTES:
-            raise ConfigError("session id from rank 0 is malformed")
-        return sid
+        sid = torch.frombuffer(bytearray(os.urandom(SESSION_ID_BYTES)), dtype=torch.uint8)
+        dist.broadcast(sid, src=dist.get_global_rank(self.pg, 0), group=self.pg)
+        return sid.numpy().tobytes()
 
     def _check_agreement(self) -> None:
         mine = {
@@ -75,20 +113,30 @@ class SecureGroup:
             "settings": self.settings.fingerprint(),
             "key": self.secret.fingerprint(self.session_id).hex() if self.secret else None,
         }
-        everyone: list = [None] * self.world_size
-        dist.all_gather_object(everyone, mine, group=self.pg)
+        everyone = []
+        for r, blob in enumerate(self.exchange_bytes(json.dumps(mine, sort_keys=True).encode())):
+            try:
+                theirs = json.loads(blob)
+                if not isinstance(theirs, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                raise ConfigError(f"rank {r}'s settings message is malformed (another ccddp version?)") from None
+            everyone.append(theirs)
         for r, theirs in enumerate(everyone):
             for field in ("world_size", "settings", "key"):
-                if theirs[field] != mine[field]:
+                if theirs.get(field) != mine[field]:
                     what = {"world_size": "world size", "settings": "collective settings",
                             "key": "key material (group secret)"}[field]
-                    detail = "" if field == "key" else f": rank {r} has {theirs[field]}, rank {self.rank} has {mine[field]}"
+                    detail = "" if field == "key" else f": rank {r} has {theirs.get(field)}, rank {self.rank} has {mine[field]}"
                     raise ConfigError(f"ranks disagree on {what}{detail}")
 
     # -- channels ------------------------------------------------------------------
     def _link(self, src: int, dst: int) -> LinkChannel:
         assert self.secret is not None
-        key = derive_link_key(self.secret, self.session_id, src, dst)
+        if self.keys is not None:
+            key = self.keys.link_key(src, dst)
+        else:
+            key = derive_link_key(self.secret, self.session_id, src, dst)
         return LinkChannel(key, link_id(src, dst), f"{src}->{dst}", rotate_after=self.settings.rotate_after,
                            counters=self.counters, recorder=self.recorder)
 

@@ -45,7 +45,7 @@ def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq
                 g.rx(st.recv_peer).open(rx_frame.numpy(), u8[a * isz:b * isz].numpy(), aad,
                                         collective=where, step=st.index)
             else:
-                plain = g.buffer("plain", n)
+                plain = rx_frame[:n]  # opened in place, as in the pipelined engine
                 g.rx(st.recv_peer).open(rx_frame.numpy(), plain.numpy(), aad, collective=where, step=st.index)
                 flat[a:b].add_(plain.view(flat.dtype))
             g.counters.add_message(sealed=False)

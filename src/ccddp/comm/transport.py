@@ -29,10 +29,22 @@ class Transport:
         self._global = [dist.get_global_rank(pg, r) for r in range(dist.get_world_size(pg))]
 
     def isend(self, frame: torch.Tensor, dst: int):
-        return dist.isend(frame, self._global[dst], group=self.pg)
+        try:
+            return dist.isend(frame, self._global[dst], group=self.pg)
+        except RuntimeError as e:
+            raise self.peer_failed(e, f"cannot send to rank {dst}") from None
 
     def irecv(self, frame: torch.Tensor, src: int):
-        return dist.irecv(frame, self._global[src], group=self.pg)
+        try:
+            return dist.irecv(frame, self._global[src], group=self.pg)
+        except RuntimeError as e:
+            raise self.peer_failed(e, f"cannot receive from rank {src}") from None
+
+    def peer_failed(self, e: Exception, what: str) -> PeerTimeoutError:
+        """A typed, one-line error for a P2P call that gloo refused (a peer died or timed
+        out and its connection was closed)."""
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return PeerTimeoutError(f"rank {self.rank}: {what}: the connection failed ({first[:200]})")
 
     def wait(self, work, peer: int, what: str) -> None:
         """Wait for ``work`` or raise :class:`PeerTimeoutError` naming the peer."""
