@@ -1,0 +1,387 @@
+"""``report.md``: a characterization written up from its ``results.json`` alone.
+
+The report states what ran (machine, versions, shapes per workload including any dtype
+reduction), keeps measured, computed and projected numbers apart, embeds the figures of
+:mod:`ccddp.report.figures` by relative path, and tabulates CC-on/CC-off ratios, the
+4·k·(n-1) crypto-operation check of every CC-on run, and the failed runs with their
+errors. It holds no timestamp of its own, so regenerating it from the same results
+gives the same file.
+
+Example::
+
+    from ccddp.report.markdown import write_report
+
+    path = write_report("out/results.json", "out")   # out/report.md, out/figures/*
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Mapping
+
+from ccddp.report.crypto_ops import check_runs, mark
+from ccddp.report.figures import write_figures
+from ccddp.report.results import SCHEMA, Results
+
+FIGURES_DIR = "figures"
+
+CAPTIONS = {
+    "allreduces_per_iteration": (
+        "Parameters and all-reduces per iteration (cf. paper Fig. 6)",
+        "Bars: DDP's gradient buckets at its default caps (1 MiB first, 25 MiB), i.e. the k "
+        "all-reduce calls per iteration, **computed** from DDP's own bucketing in the listed "
+        "dtype (not timed); line: parameters (millions, log). × marks the k **measured** in "
+        "the runs, in each run's own parameter dtype (a bfloat16 run packs twice the "
+        "parameters into a bucket, so fewer calls); ★ marks the paper's count where it "
+        "gives one."),
+    "iteration_time": (
+        "Time per iteration, CC-off vs CC-on (cf. paper Figs. 8a, 9a, 10)",
+        "**Measured** median time per iteration on rank 0, one panel per world size (log "
+        "scale). CC-off is gloo's all-reduce; CC-on seals every ring hop with AES-GCM, "
+        "with the paper's naive schedule and/or ccddp's pipelined one. The number on a "
+        "CC-on bar is CC-on/CC-off. \"failed\" marks a run that did not finish."),
+    "phase_decomposition": (
+        "Where CC-on time goes (cf. paper Figs. 8b, 9b)",
+        "**Measured** CC-on phases as a share of their sum: data, bounce (sealing and "
+        "opening the input batch, the paper's CPU→GPU step), forward, backward compute, "
+        "exposed communication (after backward until every bucket is reduced) and "
+        "optimizer. ◆ is crypto busy time (seal + open, all threads), which overlaps the "
+        "phases and can exceed 100 % with several crypto threads. Median total on top."),
+    "scaling": (
+        "Scaling with the number of ranks (cf. paper Fig. 11)",
+        "**Measured** CC-on time at n ranks over the time at 2 ranks (or the smallest world "
+        "size measured). Dashed: the theory line (n−1)/(2−1): a ring all-reduce does 4(n−1) "
+        "crypto operations per rank, so crypto-bound time grows with n−1 (the paper's "
+        "\"theoretical maximum\"). The black tick is CC-off with the same normalisation: "
+        "on a shared CPU compute also slows with more ranks, which GPUs do not."),
+    "schedule_overhead": (
+        "Overhead of each CC-on schedule",
+        "**Measured** CC-on/CC-off per workload and world size, for the paper's naive "
+        "schedule (seal the whole chunk, send, open, reduce) and ccddp's pipelined one "
+        "(segments sealed while earlier ones are in flight). 1 = no overhead."),
+    "projected_slowdown": (
+        "Projected slowdown vs number of GPUs — model, not measured",
+        "**Projected** by ccddp's performance model (`ccddp simulate`) for the hardware "
+        "profile named in each panel; nothing in this figure was measured. It shows "
+        "where the trends measured above lead at GPU counts this machine does not have."),
+}
+
+
+def _cell(x: Any) -> str:
+    """One table cell: pipes escaped, newlines folded, so any error text stays in its row."""
+    text = "–" if x is None or x == "" else str(x)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[Any]], align: str | None = None) -> list[str]:
+    """Markdown table; ``align``: one of ``l``/``r`` per column (default: first left)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    sep = ["---:" if a == "r" else ":---" for a in align]
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out + [""]
+
+
+def _ms(v: Any) -> str | None:
+    return f"{v:.1f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _count(v: Any) -> str | None:
+    """1,557,611,200 for an int; anything else as it is (a hand-edited file may hold text)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return None if v is None else str(v)
+
+
+def _input_shape(s: Mapping[str, Any]) -> str:
+    parts = []
+    if s.get("image_size") is not None:
+        parts.append(f"image {s['image_size']}×{s['image_size']}")
+    if s.get("seq_len") is not None:
+        parts.append(f"{s['seq_len']} tokens")
+    if isinstance(s.get("fanouts"), (list, tuple)):
+        parts.append("fanouts " + "/".join(str(f) for f in s["fanouts"]))
+    if s.get("num_nodes") is not None:
+        parts.append(f"{_count(s['num_nodes'])} nodes")
+    return ", ".join(parts) or "–"
+
+
+def _provenance(res: Results, drawn: set[str]) -> list[str]:
+    cfg, m = res.config, res.machine
+    cores = m.get("cores")
+    lines = ["## Measured, computed, projected", ""]
+    lines.append(
+        f"- **Measured here**: every time, phase and crypto count in the tables and in "
+        f"the figures marked measured comes from `ccddp train` runs on this machine: "
+        f"one process per rank, CPU tensors over gloo. CC-off = gloo's all-reduce; CC-on "
+        f"= AES-GCM-256 sealed ring all-reduce on every hop, input batches sealed through "
+        f"the bounce path, parameters and buffers broadcast sealed. Times are medians over "
+        f"{cfg.get('steps', '?')} measured iterations after {cfg.get('warmup', '?')} "
+        f"warm-up, on rank 0.")
+    lines.append("- **Computed, not timed**: parameters and buckets per workload (Fig. 6) "
+                 "from DDP's own bucket assignment at its default caps.")
+    lines.append("- **From the paper** (for reference, never measured here): the paper's "
+                 "all-reduce counts in Fig. 6 and the (n−1) theory line of Fig. 11.")
+    if "projected_slowdown" in drawn or res.projections:
+        lines.append("- **Projected (performance model, not measured)**: the projection "
+                     "figure and table, rows of `ccddp simulate` for the profiles named "
+                     "there.")
+    else:
+        lines.append("- **Projected**: nothing; this results file has no model projections.")
+    lines.append(
+        f"- The ranks share {cores if cores else 'the'} CPU cores: compute and crypto compete "
+        f"for them, as they would not on separate GPUs. Compare ratios and trends with the "
+        f"paper, not absolute times.")
+    return lines + [""]
+
+
+def _machine(res: Results) -> list[str]:
+    m = res.machine
+    keys = [("hostname", "host"), ("cpu", "CPU"), ("cores", "cores"), ("memory_gb", "memory (GB)"),
+            ("gpu", "GPU"), ("os", "OS"), ("python", "Python"), ("torch", "torch"),
+            ("cryptography", "cryptography"), ("date", "date of the run")]
+    rows = [[label, m.get(k)] for k, label in keys if k in m]
+    rows += [[k, v] for k, v in m.items() if k not in dict(keys)]
+    cfg = res.config
+    crows = [["workloads", ", ".join(map(str, cfg.get("workloads") or res.workloads))],
+             ["world sizes", ", ".join(map(str, cfg.get("world_sizes") or res.world_sizes))],
+             ["CC-on schedules", ", ".join(map(str, cfg.get("schedules") or res.schedules))],
+             ["measured steps / warm-up", f"{cfg.get('steps', '?')} / {cfg.get('warmup', '?')}"],
+             ["workload size preset", cfg.get("size")], ["quick", cfg.get("quick")],
+             ["runs", f"{len(res.runs) - len(res.failed_runs)} ok, {len(res.failed_runs)} failed"]]
+    return (["## Machine and versions", ""] + _table(["", ""], rows, "ll")
+            + ["## Configuration", ""] + _table(["", ""], crows, "ll"))
+
+
+def _shapes(res: Results) -> list[str]:
+    rows = []
+    for w in res.workloads:
+        for s in res.shapes(w) or [{}]:
+            if not s:
+                if w in res.measured_workloads():
+                    continue
+                rows.append([w, "no successful run", None, None, None, None, None])
+                continue
+            batch = s.get("batch_size")
+            paper = s.get("paper_batch_size")
+            reduced = s.get("dtype_reduced")
+            rows.append([
+                w, s.get("size"),
+                None if batch is None else f"{batch}" + (f" (paper {paper})" if paper else ""),
+                _input_shape(s), s.get("dtype"),
+                ("**yes**: " + str(s.get("dtype_reason") or "reason not recorded")) if reduced
+                else "no (float32, as the paper)",
+                _count(s.get("num_params")),
+            ])
+    if not rows:
+        return []
+    return (["## Shapes used per workload", "",
+             "Architectures are full size (so gradient bytes and bucket counts are the "
+             "paper's); batch, input size and, where memory forces it, the parameter dtype "
+             "are reduced to fit this machine.", ""]
+            + _table(["workload", "size", "batch per rank", "input", "param dtype",
+                      "dtype reduced", "parameters"], rows, "llrllll"))
+
+
+def _buckets(res: Results) -> list[str]:
+    rows = []
+    for w in res.workloads:
+        b = res.buckets.get(w, {})
+        measured = res.measured_allreduces(w)
+        if not b and not measured:
+            continue
+        rows.append([w, _count(b.get("num_params")),
+                     None if b.get("num_buckets") is None else f"{b['num_buckets']} ({b.get('dtype', '?')})",
+                     ", ".join(map(str, measured)) or None, b.get("paper_allreduce_calls")])
+    if not rows:
+        return []
+    return (["## All-reduces per iteration (Fig. 6 data)", ""]
+            + _table(["workload", "parameters", "k at default caps (dtype)",
+                      "k measured in runs", "paper Fig. 6"], rows))
+
+
+def _figures(drawn: dict[str, list[Path]], out_dir: Path) -> list[str]:
+    lines = ["## Figures", ""]
+    if not drawn:
+        return lines + ["No figure could be drawn: no run produced a usable result.", ""]
+    for name, paths in drawn.items():
+        title, text = CAPTIONS.get(name, (name, ""))
+        png = next(p for p in paths if p.suffix == ".png")
+        svg = next((p for p in paths if p.suffix == ".svg"), None)
+        rel = png.relative_to(out_dir).as_posix()
+        lines += [f"### {title}", "", f"![{title}]({rel})", "", text
+                  + (f" ([SVG]({svg.relative_to(out_dir).as_posix()}))" if svg else ""), ""]
+    return lines
+
+
+def _ratio_cell(res: Results, w: str, n: int, s: str) -> str | None:
+    r = res.ratio(w, n, s)
+    if r is not None:
+        return f"{r:.2f}×"
+    return "failed" if res.failed(w, n, "on", s) or res.failed(w, n, "off") else None
+
+
+def _ratios(res: Results) -> list[str]:
+    scheds = res.schedules
+    header = ["workload", "ranks", "CC-off ms"]
+    for s in scheds:
+        header += [f"CC-on {s} ms", f"{s} / off"]
+    both = "naive" in scheds and "pipelined" in scheds
+    if both:
+        header.append("naive / pipelined")
+    rows = []
+    for w in res.workloads:
+        for n in res.world_sizes:
+            off = res.total_ms(w, n, "off")
+            if off is None and not any(res.total_ms(w, n, "on", s) for s in scheds):
+                continue
+            row: list[Any] = [w, n, _ms(off) or ("failed" if res.failed(w, n, "off") else None)]
+            for s in scheds:
+                on = res.total_ms(w, n, "on", s)
+                row += [_ms(on) or ("failed" if res.failed(w, n, "on", s) else None),
+                        _ratio_cell(res, w, n, s)]
+            if both:
+                a, b = res.total_ms(w, n, "on", "naive"), res.total_ms(w, n, "on", "pipelined")
+                row.append(f"{a / b:.2f}×" if a and b else None)
+            rows.append(row)
+    lines = ["## CC-on / CC-off per iteration (measured)", ""]
+    if not rows:
+        return lines + ["No workload has a usable run.", ""]
+    lines += ["Median time per iteration on rank 0; ratio = CC-on / CC-off at the same world "
+              "size (the paper's slowdown). `naive / pipelined` > 1 means the pipelined "
+              "schedule is faster.", ""]
+    lines += _table(header, rows)
+    # The paper reports averages per GPU count; give the same summary.
+    summary = []
+    for n in res.world_sizes:
+        for s in scheds:
+            rs = [r for w in res.workloads if (r := res.ratio(w, n, s)) is not None]
+            if rs:
+                worst = max(res.workloads, key=lambda w: res.ratio(w, n, s) or 0.0)
+                summary.append([n, s, len(rs), f"{statistics.fmean(rs):.2f}×",
+                                f"{max(rs):.2f}× ({worst})", f"{min(rs):.2f}×"])
+    if summary:
+        lines += ["Per world size and schedule, over workloads:", ""]
+        lines += _table(["ranks", "schedule", "workloads", "mean", "max", "min"], summary, "rlrrrr")
+    return lines
+
+
+def _ops(res: Results) -> list[str]:
+    checks = check_runs(res)
+    lines = ["## Crypto operations per iteration (CC-on runs)", ""]
+    if not checks:
+        return lines + ["No CC-on run produced a result.", ""]
+    lines += ["Per rank, steady-state iteration: k = gradient all-reduce calls (DDP "
+              "buckets), seals and opens counted by the secure channel (one per ring-step "
+              "message, whatever its segmentation). A ring all-reduce over n ranks does "
+              "2(n−1) seals + 2(n−1) opens per rank, for the naive and the pipelined "
+              "schedule alike, so an iteration must show 4·k·(n−1) (paper §IV-B). "
+              f"{mark(True)} = seals and opens both equal 2·k·(n−1) in the steady iteration "
+              f"and in every measured iteration listed; {mark(False)} = they do not; "
+              f"{mark(None)} = counts missing. Secure broadcasts and the input bounce path "
+              "are counted apart and not included.", ""]
+    order = res.workloads
+    sched_order = res.schedules
+    checks.sort(key=lambda c: (order.index(c["workload"]) if c["workload"] in order else len(order),
+                               c["world_size"] or 0,
+                               sched_order.index(c["schedule"]) if c["schedule"] in sched_order else 99))
+    rows = []
+    for c in checks:
+        verdict = mark(c["ok"]) + (f" {c['mismatch']}" if c["ok"] is False and c["mismatch"] else "")
+        rows.append([c["key"], c["world_size"], c["schedule"], c["allreduces"], c["seals"],
+                     c["opens"], c["ops"], c["expected_ops"], verdict])
+    return lines + _table(["run", "n", "schedule", "k", "seals/rank", "opens/rank",
+                           "seals + opens", "expected 4·k·(n−1)", "check"], rows, "lrlrrrrrl")
+
+
+def _failed(res: Results) -> list[str]:
+    lines = ["## Failed runs", ""]
+    failed = res.failed_runs
+    if not failed:
+        return lines + ["None.", ""]
+    rows = []
+    for r in failed:
+        err = r.get("error") or ("status ok but no result" if r.get("status") == "ok"
+                                 else f"status {r.get('status')!r}, no error recorded")
+        rows.append([r.get("key") or "/".join(str(x) for x in Results.key_of(r) if x is not None),
+                     r.get("status"), err])
+    return lines + _table(["run", "status", "error"], rows, "lll")
+
+
+def _projections(res: Results) -> list[str]:
+    """Model slowdowns pivoted to one row per workload, profile and schedule, one column
+    per GPU count (the CC-off/CC-on milliseconds stay in results.json)."""
+    cells: dict[tuple, dict[int, float]] = {}
+    gpus: set[int] = set()
+    for p in res.projections:
+        g, sd = p.get("gpus"), p.get("slowdown")
+        if (not isinstance(g, int) or isinstance(g, bool) or g < 1
+                or not isinstance(sd, (int, float)) or not math.isfinite(sd)):
+            continue
+        cells.setdefault((str(p.get("workload")), str(p.get("profile")), str(p.get("schedule"))), {})[g] = sd
+        gpus.add(g)
+    if not cells:
+        return []
+    order = res.workloads
+    keys = sorted(cells, key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[0], k[1], k[2]))
+    cols = sorted(gpus)
+    rows = [[*k, *[f"{cells[k][g]:.2f}×" if g in cells[k] else None for g in cols]] for k in keys]
+    return (["## Projections (performance model — not measured)", "",
+             "Slowdown CC-on / CC-off predicted by `ccddp simulate` for the hardware profiles "
+             "named; predictions, not measurements on this machine.", ""]
+            + _table(["workload", "profile", "schedule", *[f"{g} GPUs" for g in cols]], rows,
+                     "lll" + "r" * len(cols)))
+
+
+def render(res: Results, drawn: dict[str, list[Path]], out_dir: Path) -> str:
+    """The markdown text for ``res`` with figures ``drawn`` (paths under ``out_dir``).
+
+    Example::
+
+        text = render(Results(data), write_figures(data, "out/figures"), Path("out"))
+    """
+    lines = ["# ccddp characterization report", "",
+             f"Generated by `ccddp report` from `results.json` (schema `{SCHEMA}`) alone; "
+             "`ccddp report DIR` regenerates this file and `figures/` from it.", ""]
+    lines += _provenance(res, set(drawn))
+    lines += _machine(res)
+    lines += _shapes(res)
+    lines += _ratios(res)
+    lines += _ops(res)
+    lines += _failed(res)
+    lines += _buckets(res)
+    lines += _figures(drawn, out_dir)
+    lines += _projections(res)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(results_path_or_dict: str | Path | Mapping[str, Any] | Results,
+                 out_dir: str | Path | None = None) -> Path:
+    """Write ``out_dir/report.md`` and ``out_dir/figures/*`` from one results file.
+
+    ``results_path_or_dict``: a path to ``results.json``, its loaded dict, or a
+    :class:`~ccddp.report.results.Results`. ``out_dir`` defaults to the directory of
+    the results file. Raises :class:`~ccddp.errors.ConfigError` for a missing,
+    unreadable or wrong-schema file.
+
+    Example::
+
+        write_report("out/results.json", "out")   # -> Path('out/report.md')
+    """
+    if out_dir is None:
+        if isinstance(results_path_or_dict, (str, Path)):
+            out_dir = Path(results_path_or_dict).parent
+        else:
+            raise TypeError("out_dir is required when results are given as a dict")
+    res = Results.load(results_path_or_dict)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    drawn = write_figures(res, out / FIGURES_DIR)
+    path = out / "report.md"
+    path.write_text(render(res, drawn, out), encoding="utf-8")
+    return path
+
+
+__all__ = ["write_report", "render", "CAPTIONS", "FIGURES_DIR"]

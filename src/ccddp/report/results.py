@@ -1,0 +1,239 @@
+"""Reading a ``ccddp characterize`` results file, and looking runs up in it.
+
+The report layer draws everything from one ``results.json`` (schema
+``ccddp.characterize/1``). This module is the only place that knows its layout: it
+checks the schema, tolerates what a partly failed characterization leaves behind
+(failed runs, missing phases, a single world size, no naive schedule) and answers the
+questions figures and tables ask, e.g. "CC-on pipelined at 3 ranks for resnet50, over
+CC-off".
+
+Example::
+
+    from ccddp.report.results import Results
+
+    res = Results.load("out/results.json")
+    res.total_ms("resnet50", 2, "on", "pipelined")   # median ms/iteration, or None
+    res.ratio("resnet50", 2, "pipelined")            # CC-on / CC-off, or None
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ccddp.errors import ConfigError
+
+SCHEMA = "ccddp.characterize/1"
+
+#: Paper order (Table I); workloads not in it follow in the order the file lists them.
+PAPER_ORDER = ("graphsage", "resnet50", "resnet101", "bert-base", "bert-large",
+               "gpt2-large", "gpt2-xl")
+#: Schedules in the order they are drawn: the paper's baseline first.
+SCHEDULE_ORDER = ("naive", "pipelined")
+#: CC-on phases of a train result's summary, in the order they happen in an iteration.
+PHASES = ("data_ms", "bounce_ms", "forward_ms", "backward_ms", "exposed_comm_ms",
+          "optimizer_ms")
+
+
+def _number(x: Any) -> float | None:
+    """A finite float, or None: JSON from a crashed run may hold null/NaN/strings."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def load_results(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """Read and check a results file (a path, or an already loaded dict).
+
+    Raises :class:`~ccddp.errors.ConfigError` with a one-line reason when the file is
+    missing, is not JSON, or has another schema.
+
+    Example::
+
+        data = load_results("out/results.json")
+        data["schema"]        # "ccddp.characterize/1"
+    """
+    if isinstance(source, Mapping):
+        data: Any = dict(source)
+        where = "results"
+    else:
+        path = Path(source)
+        where = str(path)
+        if not path.is_file():
+            raise ConfigError(f"{path} does not exist; run `ccddp characterize` to produce it")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: "
+                              f"{e.msg})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a JSON object with schema {SCHEMA!r}")
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        raise ConfigError(f"{where}: unsupported schema {schema!r}; this ccddp reads {SCHEMA!r}")
+    if not isinstance(data.get("runs", []), list):
+        raise ConfigError(f"{where}: 'runs' must be a list")
+    return data
+
+
+class Results:
+    """An index over a loaded results dict; every accessor returns None for "not there".
+
+    Example::
+
+        res = Results(load_results("out/results.json"))
+        for wl in res.workloads:
+            for n in res.world_sizes:
+                print(wl, n, res.ratio(wl, n, "naive"))
+    """
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data = data
+        self.machine: dict = dict(data.get("machine") or {})
+        self.config: dict = dict(data.get("config") or {})
+        self.buckets: dict = {k: v for k, v in (data.get("buckets") or {}).items()
+                              if isinstance(v, Mapping)}
+        self.runs: list[dict] = [r for r in (data.get("runs") or []) if isinstance(r, Mapping)]
+        self.projections: list[dict] = [p for p in (data.get("projections") or [])
+                                        if isinstance(p, Mapping)]
+        self._index: dict[tuple, dict] = {}
+        self._failed: set[tuple] = {self.key_of(r) for r in self.runs if not self.is_ok(r)}
+        for r in self.runs:
+            if self.is_ok(r):
+                # First ok run of a configuration wins; a re-run appended later does not
+                # silently replace what the figures were first drawn from.
+                self._index.setdefault(self.key_of(r), r)
+
+    @classmethod
+    def load(cls, source: str | Path | Mapping[str, Any]) -> "Results":
+        """``Results(load_results(source))``; also accepts a ``Results``."""
+        if isinstance(source, Results):
+            return source
+        return cls(load_results(source))
+
+    # -- runs ---------------------------------------------------------------------
+
+    @staticmethod
+    def key_of(run: Mapping[str, Any]) -> tuple:
+        """``(workload, world_size, cc, schedule)``; CC-off has no schedule."""
+        cc = run.get("cc")
+        return (run.get("workload"), run.get("world_size"), cc,
+                None if cc == "off" else run.get("schedule"))
+
+    @staticmethod
+    def is_ok(run: Mapping[str, Any]) -> bool:
+        """An ok run with a result dict; "ok" without a result cannot be drawn."""
+        return run.get("status") == "ok" and isinstance(run.get("result"), Mapping)
+
+    @property
+    def failed_runs(self) -> list[dict]:
+        """Runs that did not produce a usable result, in file order."""
+        return [r for r in self.runs if not self.is_ok(r)]
+
+    def run(self, workload: str, world_size: int, cc: str,
+            schedule: str | None = None) -> dict | None:
+        """The ok run of one configuration (``schedule`` ignored for CC-off)."""
+        return self._index.get((workload, world_size, cc, None if cc == "off" else schedule))
+
+    def failed(self, workload: str, world_size: int, cc: str, schedule: str | None = None) -> bool:
+        """True when this configuration was attempted, failed, and has no ok run."""
+        key = (workload, world_size, cc, None if cc == "off" else schedule)
+        return key in self._failed and key not in self._index
+
+    def result(self, *key) -> dict | None:
+        """The train result of :meth:`run`, or None."""
+        r = self.run(*key)
+        return r["result"] if r else None
+
+    def summary(self, *key) -> dict:
+        """The median phases of :meth:`run` (empty when absent)."""
+        res = self.result(*key)
+        s = res.get("summary") if res else None
+        return dict(s) if isinstance(s, Mapping) else {}
+
+    def total_ms(self, workload: str, world_size: int, cc: str,
+                 schedule: str | None = None) -> float | None:
+        """Median ms per iteration on rank 0 (the quantity the phases decompose)."""
+        return _number(self.summary(workload, world_size, cc, schedule).get("total_ms"))
+
+    def ratio(self, workload: str, world_size: int, schedule: str) -> float | None:
+        """CC-on (``schedule``) over CC-off median iteration time, or None."""
+        on = self.total_ms(workload, world_size, "on", schedule)
+        off = self.total_ms(workload, world_size, "off")
+        if on is None or off is None or off <= 0:
+            return None
+        return on / off
+
+    def phase_ms(self, workload: str, world_size: int, schedule: str) -> dict[str, float] | None:
+        """CC-on phases (``PHASES`` plus ``crypto_busy_ms``) with missing ones as 0, or
+        None when the run is absent or has no phase at all."""
+        s = self.summary(workload, world_size, "on", schedule)
+        vals = {k: _number(s.get(k)) for k in PHASES + ("crypto_busy_ms",)}
+        if all(vals[k] is None for k in PHASES):
+            return None
+        return {k: (v if v is not None and v > 0 else 0.0) for k, v in vals.items()}
+
+    # -- axes -----------------------------------------------------------------------
+
+    @property
+    def workloads(self) -> list[str]:
+        """Every workload named anywhere, paper order first."""
+        seen = _unique(list(self.config.get("workloads") or []) + list(self.buckets)
+                       + [r.get("workload") for r in self.runs])
+        seen = [w for w in seen if isinstance(w, str)]
+        return [w for w in PAPER_ORDER if w in seen] + [w for w in seen if w not in PAPER_ORDER]
+
+    @property
+    def world_sizes(self) -> list[int]:
+        """World sizes configured or run, ascending."""
+        sizes = list(self.config.get("world_sizes") or []) + [r.get("world_size") for r in self.runs]
+        return sorted({n for n in sizes if isinstance(n, int) and not isinstance(n, bool)})
+
+    @property
+    def schedules(self) -> list[str]:
+        """CC-on schedules configured or run; naive (the paper's) first."""
+        found = _unique(list(self.config.get("schedules") or []) +
+                        [r.get("schedule") for r in self.runs if r.get("cc") == "on"])
+        found = [s for s in found if isinstance(s, str)]
+        return [s for s in SCHEDULE_ORDER if s in found] + [s for s in found if s not in SCHEDULE_ORDER]
+
+    def measured_workloads(self) -> list[str]:
+        """Workloads with at least one ok run."""
+        ok = {r.get("workload") for r in self.runs if self.is_ok(r)}
+        return [w for w in self.workloads if w in ok]
+
+    def measured_allreduces(self, workload: str) -> list[int]:
+        """Distinct all-reduce calls per (steady) iteration measured in ok runs."""
+        vals = []
+        for r in self.runs:
+            if self.is_ok(r) and r.get("workload") == workload:
+                k = r["result"].get("allreduce_calls_per_iteration")
+                if isinstance(k, int) and not isinstance(k, bool):
+                    vals.append(k)
+        return sorted(set(vals))
+
+    def shapes(self, workload: str) -> list[dict]:
+        """Distinct ``shapes`` dicts the workload ran with (normally one)."""
+        out: list[dict] = []
+        for r in self.runs:
+            if self.is_ok(r) and r.get("workload") == workload:
+                s = r["result"].get("shapes")
+                if isinstance(s, Mapping) and dict(s) not in out:
+                    out.append(dict(s))
+        return out
+
+
+def _unique(items: Iterable) -> list:
+    out: list = []
+    for x in items:
+        if x is not None and x not in out:
+            out.append(x)
+    return out
+
+
+__all__ = ["SCHEMA", "PHASES", "PAPER_ORDER", "SCHEDULE_ORDER", "load_results", "Results"]

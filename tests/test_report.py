@@ -1,0 +1,310 @@
+"""The report layer: figures and report.md drawn only from a characterize results.json.
+
+Everything runs on a synthetic but schema-true results file (``make_results``), so the
+tests need no training run and stay fast.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from ccddp.cli import main
+from ccddp.errors import ConfigError
+from ccddp.report.crypto_ops import FAIL_MARK, OK_MARK, UNKNOWN_MARK, check_run, check_runs
+from ccddp.report.figures import FIGURES, write_figures
+from ccddp.report.markdown import render, write_report
+from ccddp.report.results import SCHEMA, Results, load_results
+
+# workload -> (params, fp32 buckets, paper Fig. 6, fwd ms, bwd ms, shapes overrides)
+WORKLOADS = {
+    "graphsage": (675_887, 1, 2, 40.0, 80.0, {"batch_size": 256, "fanouts": [15, 10, 5]}),
+    "resnet50": (25_557_032, 5, None, 300.0, 600.0, {"batch_size": 8, "image_size": 224}),
+    "gpt2-xl": (1_557_611_200, 145, 142, 900.0, 1800.0,
+                {"batch_size": 1, "seq_len": 32, "dtype": "bfloat16", "dtype_reduced": True,
+                 "dtype_reason": "memory: 12.5 GB per rank"}),
+}
+MEASURED_K = {"graphsage": 1, "resnet50": 5, "gpt2-xl": 73}  # gpt2-xl runs in bf16: fewer buckets
+
+
+def _train_result(wl: str, n: int, cc: str, schedule: str | None, steps: int = 3) -> dict:
+    params, _, _, fwd, bwd, shape = WORKLOADS[wl]
+    k = MEASURED_K[wl]
+    seals = 2 * k * (n - 1) if cc == "on" else 0
+    # Synthetic but shaped like the paper: CC-on cost grows with k(n-1); naive worse.
+    crypto = 0.0 if cc == "off" else k * (n - 1) * (30.0 if schedule == "naive" else 12.0)
+    phases = {"data_ms": 5.0 + n, "bounce_ms": 8.0 if cc == "on" else 1.0,
+              "forward_ms": fwd * (1 + 0.1 * (n - 2)), "backward_ms": bwd * (1 + 0.1 * (n - 2)),
+              "exposed_comm_ms": 10.0 * (n - 1) + crypto, "optimizer_ms": 7.0}
+    total = sum(phases.values())
+    summary = {**phases, "total_ms": total, "crypto_busy_ms": crypto * 1.2,
+               "slowest_rank_total_ms": total * 1.01}
+    iterations = []
+    for step in range(1 + steps):
+        warm = step == 0
+        ki = 1 if warm else k  # iteration 0: one bucket with everything
+        iterations.append({"step": step, "warmup": warm, **summary, "allreduce_calls": ki,
+                           "seals": 2 * ki * (n - 1) if cc == "on" else 0,
+                           "opens": 2 * ki * (n - 1) if cc == "on" else 0, "loss": 6.9})
+    shapes = {"workload": wl, "size": "default", "dtype": "float32", "dtype_reduced": False,
+              "dtype_reason": None, "num_params": params, **shape}
+    return {"schema": "ccddp.train/1", "workload": wl, "world_size": n, "cc": cc,
+            "schedule": schedule, "shapes": shapes, "num_params": params, "summary": summary,
+            "iterations": iterations, "allreduce_calls_per_iteration": k,
+            "seals_per_rank": seals, "opens_per_rank": seals,
+            "broadcast_seals_per_iteration": 0, "bounce_seals_per_iteration": 1 if cc == "on" else 0,
+            "param_sha256": "0" * 64, "settings": {"impl": "gloo" if cc == "off" else "secure"}}
+
+
+def make_results(workloads=("graphsage", "resnet50", "gpt2-xl"), world_sizes=(2, 3),
+                 schedules=("naive", "pipelined"), failed=("gpt2-xl/ws3/cc-on/naive",),
+                 projections=True) -> dict:
+    """A schema-true ``ccddp.characterize/1`` dict; keys in ``failed`` failed."""
+    runs = []
+    for wl in workloads:
+        for n in world_sizes:
+            for cc, sch in [("off", None)] + [("on", s) for s in schedules]:
+                key = f"{wl}/ws{n}/cc-{cc}" + (f"/{sch}" if sch else "")
+                if key in failed:
+                    runs.append({"key": key, "workload": wl, "world_size": n, "cc": cc,
+                                 "schedule": sch, "status": "failed", "result": None,
+                                 "error": "RuntimeError: worker 1 exited with code -9 | out of memory"})
+                else:
+                    runs.append({"key": key, "workload": wl, "world_size": n, "cc": cc,
+                                 "schedule": sch, "status": "ok", "error": None,
+                                 "result": _train_result(wl, n, cc, sch)})
+    proj = []
+    if projections:
+        for wl in workloads:
+            for g in (2, 4, 8, 64):
+                for sch in schedules:
+                    off = 100.0
+                    on = off * (1 + 0.05 * WORKLOADS[wl][1] * (g - 1) * (2 if sch == "naive" else 1) / 10)
+                    proj.append({"workload": wl, "gpus": g, "profile": "paper-h100", "schedule": sch,
+                                 "cc_off_ms": off, "cc_on_ms": on, "slowdown": on / off,
+                                 "breakdown": {"forward": 30.0, "backward": 60.0}})
+    return {
+        "schema": SCHEMA,
+        "machine": {"hostname": "testbox", "cpu": "Test CPU @ 2GHz", "cores": 2, "memory_gb": 24.0,
+                    "os": "Linux-test", "python": "3.11.2", "torch": "2.13.0+cpu",
+                    "cryptography": "50.0.0", "gpu": "none (CPU ranks over gloo)",
+                    "date": "2026-01-01T00:00:00+00:00"},
+        "config": {"workloads": list(workloads), "world_sizes": list(world_sizes),
+                   "schedules": list(schedules), "steps": 3, "warmup": 1, "quick": False,
+                   "size": "default"},
+        "buckets": {wl: {"num_params": WORKLOADS[wl][0], "num_buckets": WORKLOADS[wl][1],
+                         "bucket_bytes": [1 << 20] * WORKLOADS[wl][1], "dtype": "float32",
+                         "paper_allreduce_calls": WORKLOADS[wl][2]} for wl in workloads},
+        "runs": runs,
+        "projections": proj,
+    }
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("char")
+    data = make_results()
+    (d / "results.json").write_text(json.dumps(data, indent=1))
+    assert main(["report", str(d)]) == 0
+    return d, data
+
+
+# -- figures ------------------------------------------------------------------------------
+
+def test_every_figure_is_written(report_dir):
+    d, _ = report_dir
+    for name in FIGURES:
+        for ext in ("png", "svg"):
+            f = d / "figures" / f"{name}.{ext}"
+            assert f.is_file() and f.stat().st_size > 1000, f
+    svg = (d / "figures" / "iteration_time.svg").read_text()
+    assert "<dc:date>" not in svg  # no timestamp in the file
+
+
+def test_deleted_figure_is_recreated_byte_identical(report_dir):
+    d, _ = report_dir
+    figs = d / "figures"
+    before = {p.name: p.read_bytes() for p in figs.iterdir()}
+    (figs / "phase_decomposition.png").unlink()
+    (figs / "scaling.svg").unlink()
+    assert main(["report", str(d)]) == 0
+    after = {p.name: p.read_bytes() for p in figs.iterdir()}
+    assert after.keys() == before.keys()
+    for name in before:
+        assert after[name] == before[name], f"{name} changed between runs"
+
+
+def test_missing_data_skips_figures_without_crashing(tmp_path):
+    # One world size, no naive schedule, no projections, one failed CC-off run.
+    data = make_results(workloads=("resnet50", "gpt2-xl"), world_sizes=(2,), schedules=("pipelined",),
+                        failed=("resnet50/ws2/cc-off",), projections=False)
+    drawn = write_figures(data, tmp_path)
+    assert "scaling" not in drawn and "projected_slowdown" not in drawn
+    assert {"allreduces_per_iteration", "iteration_time", "phase_decomposition",
+            "schedule_overhead"} <= set(drawn)
+    # Nothing usable at all: no figure, still a report that lists the failures.
+    data = make_results(workloads=("resnet50",), world_sizes=(2,), schedules=("naive",),
+                        failed=("resnet50/ws2/cc-off", "resnet50/ws2/cc-on/naive"), projections=False)
+    data["buckets"] = {}
+    report = write_report(data, tmp_path / "empty").read_text()
+    assert "resnet50/ws2/cc-off" in report and "out of memory" in report
+    assert not list((tmp_path / "empty" / "figures").glob("*.png"))
+
+
+def test_malformed_entries_are_tolerated(tmp_path):
+    # What a crashed or hand-edited characterization can leave: never a traceback.
+    data = make_results(workloads=("resnet50",), world_sizes=(2,), schedules=("pipelined",),
+                        failed=(), projections=True)
+    data["runs"][0]["result"]["summary"] = {"total_ms": float("nan")}
+    data["runs"] += ["junk", {"status": "ok"}, {"status": "ok", "cc": "on", "world_size": "x",
+                                                 "result": {"seals_per_rank": "x", "iterations": [None]}}]
+    data["projections"] += ["junk", {"gpus": 0, "slowdown": -1.0}, {"gpus": 8, "slowdown": None}]
+    data["buckets"]["weird"] = {"num_params": "many", "paper_allreduce_calls": "x"}
+    data["runs"][1]["result"]["shapes"] = {"fanouts": 3, "num_params": 1.5, "dtype_reduced": True}
+    md = write_report(data, tmp_path).read_text()
+    assert "0 GPUs" not in md and "weird" in md
+    # CC-off has no usable time, so no ratio; the CC-on run is still drawn and checked.
+    assert (tmp_path / "figures" / "phase_decomposition.png").is_file()
+    assert not (tmp_path / "figures" / "schedule_overhead.png").exists()
+
+
+def test_stale_figure_is_removed(tmp_path):
+    # A figure an earlier report drew but these results cannot: removed, not left stale.
+    (tmp_path / "projected_slowdown.png").write_bytes(b"old")
+    (tmp_path / "notes.png").write_bytes(b"mine")  # not a report figure: left alone
+    data = make_results(workloads=("resnet50",), world_sizes=(2,), schedules=("naive",),
+                        failed=("resnet50/ws2/cc-off", "resnet50/ws2/cc-on/naive"), projections=False)
+    data["buckets"] = {}
+    assert write_figures(data, tmp_path) == {}
+    assert not (tmp_path / "projected_slowdown.png").exists()
+    assert (tmp_path / "notes.png").exists()
+
+
+# -- report.md --------------------------------------------------------------------------------
+
+def _table(md: str, heading: str) -> list[list[str]]:
+    """Body rows of the first markdown table after ``heading``."""
+    section = md.split(heading, 1)[1]
+    lines = [ln for ln in section.splitlines() if ln.startswith("|")]
+    rows, started = [], False
+    for ln in section.splitlines():
+        if ln.startswith("|"):
+            started = True
+            rows.append([c.strip() for c in re.split(r"(?<!\\)\|", ln.strip())[1:-1]])
+        elif started:
+            break
+    assert lines, heading
+    return rows[2:]  # header and separator
+
+
+def test_report_ratios_agree_with_data(report_dir):
+    d, data = report_dir
+    md = (d / "report.md").read_text()
+    res = Results(data)
+    rows = _table(md, "## CC-on / CC-off")
+    seen = 0
+    for row in rows:
+        wl, n = row[0], int(row[1])
+        assert float(row[2]) == pytest.approx(res.total_ms(wl, n, "off"), abs=0.05)
+        for sch, col in (("naive", 4), ("pipelined", 6)):
+            r = res.ratio(wl, n, sch)
+            if r is None:
+                assert row[col] in ("failed", "–")
+            else:
+                assert row[col] == f"{r:.2f}×"
+                seen += 1
+    assert seen == 11  # 3 workloads x 2 sizes x 2 schedules, one failed
+
+
+def test_report_states_provenance_shapes_and_failures(report_dir):
+    d, _ = report_dir
+    md = (d / "report.md").read_text()
+    for text in ("Test CPU @ 2GHz", "2.13.0+cpu", "50.0.0", "measured", "projected",
+                 "bfloat16", "memory: 12.5 GB per rank", "gpt2-xl/ws3/cc-on/naive",
+                 "out of memory"):
+        assert text in md, text
+    # Figures are embedded with paths relative to report.md, and exist.
+    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
+        assert not link.startswith("/") and (d / link).is_file(), link
+    assert len(re.findall(r"!\[", md)) == len(FIGURES)
+    # Pipe in an error message must not break the table.
+    assert "exited with code -9 \\| out of memory" in md
+
+
+def test_report_ops_table_marks(report_dir):
+    d, data = report_dir
+    md = (d / "report.md").read_text()
+    rows = _table(md, "## Crypto operations")
+    assert len(rows) == len(check_runs(data)) == 11
+    for row in rows:
+        assert row[-1] == OK_MARK, row
+    assert "gpt2-xl/ws3/cc-on/pipelined" in md and "| 73 | 292 | 292 | 584 | 584 |" in md
+
+
+def test_ops_check_logic():
+    run = {"key": "r", "cc": "on", "status": "ok", "world_size": 4,
+           "result": _train_result("gpt2-xl", 4, "on", "pipelined")}
+    row = check_run(run)
+    assert (row["allreduces"], row["seals"], row["expected_ops"], row["ok"]) == (73, 438, 876, True)
+    assert row["iterations_checked"] == 3
+    bad = copy.deepcopy(run)
+    bad["result"]["seals_per_rank"] -= 1
+    assert check_run(bad)["ok"] is False
+    drift = copy.deepcopy(run)  # steady iteration fine, an earlier one skipped a seal
+    drift["result"]["iterations"][1]["opens"] -= 2
+    row = check_run(drift)
+    assert row["ok"] is False and "step 1" in row["mismatch"]
+    missing = copy.deepcopy(run)
+    del missing["result"]["opens_per_rank"]
+    assert check_run(missing)["ok"] is None
+    assert check_run({**run, "cc": "off"}) is None
+    assert check_run({**run, "status": "failed"}) is None
+
+
+def test_ops_mismatch_shows_failure_mark(tmp_path):
+    data = make_results(workloads=("resnet50",), world_sizes=(2,), schedules=("naive",),
+                        failed=(), projections=False)
+    data["runs"][1]["result"]["seals_per_rank"] = 7
+    data["runs"][1]["result"]["opens_per_rank"] = None
+    # The text alone (no figures needed to check a table).
+    md = render(Results(data), {}, tmp_path)
+    (row,) = _table(md, "## Crypto operations")
+    assert row[-1].startswith(FAIL_MARK) and "7 seals" in row[-1] and "expected 10" in row[-1]
+    data["runs"][1]["result"]["seals_per_rank"] = None
+    md = render(Results(data), {}, tmp_path)
+    assert _table(md, "## Crypto operations")[0][-1] == UNKNOWN_MARK
+
+
+# -- loading and the CLI ---------------------------------------------------------------------
+
+def test_load_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_results(tmp_path / "results.json")
+    (tmp_path / "results.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_results(tmp_path / "results.json")
+    with pytest.raises(ConfigError, match="unsupported schema 'ccddp.characterize/2'"):
+        load_results({"schema": "ccddp.characterize/2", "runs": []})
+    with pytest.raises(ConfigError, match="unsupported schema None"):
+        load_results({"runs": []})
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "results.json does not exist"),
+    ("[1, 2", "not valid JSON"),
+    ('{"schema": "ccddp.characterize/9"}', "unsupported schema"),
+])
+def test_cli_user_errors_are_one_line(tmp_path, capsys, content, message):
+    if content is not None:
+        (tmp_path / "results.json").write_text(content)
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_missing_directory(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
