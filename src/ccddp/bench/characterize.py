@@ -22,6 +22,12 @@ from ccddp.errors import CCDDPError, ConfigError
 SCHEMA = "ccddp.characterize/1"
 QUICK = {"workloads": ["graphsage", "resnet50", "bert-base"], "world_sizes": [2, 3],
          "schedules": ["naive", "pipelined"], "steps": 2, "warmup": 1}
+# --quick keeps every architecture (so gradient bytes and bucket counts are the real ones)
+# but shrinks the per-rank batch, so a 2-core machine finishes the sweep in minutes.
+QUICK_SHAPES = {"graphsage": {"batch_size": 32}, "resnet50": {"batch_size": 2, "image_size": 112},
+                "resnet101": {"batch_size": 2, "image_size": 112}, "bert-base": {"batch_size": 2, "seq_len": 32},
+                "bert-large": {"batch_size": 1, "seq_len": 32}, "gpt2-large": {"seq_len": 16},
+                "gpt2-xl": {"seq_len": 16}}
 FULL = {"workloads": ["graphsage", "resnet50", "resnet101", "bert-base", "bert-large", "gpt2-large", "gpt2-xl"],
         "world_sizes": [2, 3, 4], "schedules": ["naive", "pipelined"], "steps": 3, "warmup": 1}
 
@@ -35,6 +41,9 @@ class Plan:
     warmup: int
     size: str = "default"
     quick: bool = False
+
+    def overrides(self, workload: str) -> dict:
+        return QUICK_SHAPES.get(workload, {}) if self.quick and self.size == "default" else {}
 
     def variants(self) -> list[str]:
         return ["off"] + [f"on:{s}" for s in self.schedules]
@@ -105,6 +114,8 @@ def run_group(plan: Plan, workload: str, ws: int, data: dict, out_path: str, tim
         args = ["--workload", workload, "--size", plan.size, "--steps", str(plan.steps), "--warmup",
                 str(plan.warmup), "--variants", ",".join(plan.variants()), "--out-dir", tmp,
                 "--timeout", str(timeout_s)]
+        for k, v in plan.overrides(workload).items():
+            args += ["--" + k.replace("_", "-"), str(v)]
         error = None
         try:
             torchrun("ccddp.bench.train", args, nproc=ws, quiet=True, timeout_s=timeout_s * 4 + 900)

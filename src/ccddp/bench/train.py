@@ -104,7 +104,10 @@ def train(args: argparse.Namespace) -> dict:
     secret = GroupSecret.from_env() if args.cc == "on" else None
     torch.manual_seed(args.seed)
     module = wl.build_model(device="cpu")
-    model = SecureDDP(module, cc=args.cc, settings=settings, secret=secret, bucket_cap_mb=args.bucket_cap_mb)
+    # Gradients as views of DDP's buckets: no second copy of every gradient (GPT-2 sizes
+    # would not fit twice on this machine); the same in both modes.
+    model = SecureDDP(module, cc=args.cc, settings=settings, secret=secret, bucket_cap_mb=args.bucket_cap_mb,
+                      gradient_as_bucket_view=True)
     bounce = None
     if args.cc == "on":
         bounce = BouncePath(derive_purpose_key(secret, model.sync_group.session_id, f"bounce/{rank}"),
