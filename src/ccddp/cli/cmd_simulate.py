@@ -1,0 +1,221 @@
+"""``ccddp simulate``: predict CC-off vs CC-on iteration time with the performance model.
+
+The model (``ccddp.sim``) never imports torch; this command is where real DDP bucket
+plans come in, from ``ccddp.workloads`` (which does), or from a workload profile JSON
+written from a measured run.
+
+Example::
+
+    ccddp simulate --profile paper-h100 --workload all --gpus 2,4,8 --schedule naive
+    ccddp simulate --profile h100-cc --workload gpt2-xl --gpus 8,64,1024 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ccddp.errors import ConfigError
+
+MIB = 1 << 20
+WORKLOAD_NAMES = ("graphsage", "resnet50", "resnet101", "bert-base", "bert-large",
+                  "gpt2-large", "gpt2-xl")
+
+EPILOG = """\
+profiles: paper-h100 (the paper's emulation, fitted), h100-cc, h200-cc (Hopper CC, seed
+003), b300-cc (Blackwell CC: encrypted NVLink, multicast off), local (this CPU machine),
+or a path to a TOML profile (e.g. written by `ccddp calibrate --out PATH`).
+
+breakdown columns (ms per iteration, CC on): fwd, bwd; comm = exposed communication
+without its crypto; crypto = the exposed share due to AES-GCM; bounce = input sealing and
+bounce-buffer copy; opt = optimizer; other = data, input copy, launch toll. comm and
+crypto include backward time lost to communication work sharing the cores/SMs.
+"""
+
+
+def add_workload_args(p: argparse.ArgumentParser, *, many: bool) -> None:
+    g = p.add_mutually_exclusive_group(required=True)
+    what = "workload name, comma list, or 'all'" if many else "workload name"
+    g.add_argument("--workload", help=f"{what} ({', '.join(WORKLOAD_NAMES)})")
+    g.add_argument("--workload-profile", metavar="PATH",
+                   help="JSON workload profile: {name, bucket_bytes, forward_ms, backward_ms, "
+                        "optimizer_ms, input_bytes}, e.g. from a measured run")
+
+
+def add_schedule_args(p: argparse.ArgumentParser) -> None:
+    from ccddp.sim.schedule import ALGORITHMS, SCHEDULES, TAGS
+
+    p.add_argument("--profile", default="paper-h100",
+                   help="built-in hardware profile or TOML path (default: paper-h100)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="pipelined",
+                   help="CC-on all-reduce schedule (default: pipelined, ccddp's 'secure')")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="ring")
+    p.add_argument("--bucket-cap-mb", type=float, default=None,
+                   help="DDP bucket_cap_mb (default: DDP's 25 MiB with a 1 MiB first bucket)")
+    p.add_argument("--segment-mb", type=float, default=1.0,
+                   help="pipelining segment size in MiB (default: 1)")
+    p.add_argument("--chains", type=int, default=None,
+                   help="MAC chains / crypto threads (default: the profile's mac_chains)")
+    p.add_argument("--tag", choices=TAGS, default="segment",
+                   help="one tag per segment, or per chunk message")
+    p.add_argument("--mac-batch", type=int, default=1,
+                   help="segments per tag (batched MAC, seed 002; model only)")
+    p.add_argument("--pad-budget-mb", type=float, default=0.0,
+                   help="pre-computed pad bytes per peer in MiB (seed 002; 0 = off)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "simulate", help="predict CC-off vs CC-on iteration time (performance model)",
+        description="Predict per-iteration time of DDP training with CC off and on, "
+                    "decomposed like paper Figs. 8b/9b, from a hardware profile.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_args(p, many=True)
+    p.add_argument("--gpus", default="2,4,8", help="comma list of world sizes (default: 2,4,8)")
+    add_schedule_args(p)
+    p.add_argument("--json", metavar="PATH", help="write the rows as a JSON list")
+    p.set_defaults(func=run)
+
+
+def parse_gpus(text: str) -> list[int]:
+    try:
+        gpus = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--gpus must be a comma list of integers, got {text!r}") from None
+    if not gpus or any(g < 1 for g in gpus):
+        raise ConfigError(f"--gpus needs positive integers, got {text!r}")
+    return gpus
+
+
+def schedule_from_args(args: argparse.Namespace):
+    from ccddp.sim.schedule import Schedule
+
+    if not args.segment_mb > 0 or not args.pad_budget_mb >= 0:
+        raise ConfigError("--segment-mb must be > 0 and --pad-budget-mb >= 0")
+    return Schedule(schedule=args.schedule, algorithm=args.algorithm,
+                    bucket_cap_mb=args.bucket_cap_mb,
+                    segment_bytes=int(args.segment_mb * MIB), chains=args.chains,
+                    tag=args.tag, mac_batch=args.mac_batch,
+                    pad_budget_bytes=args.pad_budget_mb * MIB)
+
+
+def workload_names(text: str) -> list[str]:
+    names = list(WORKLOAD_NAMES) if text.strip() == "all" else \
+        [w.strip() for w in text.split(",") if w.strip()]
+    for n in names:
+        if n not in WORKLOAD_NAMES:
+            raise ConfigError(f"unknown workload {n!r}; choose from {', '.join(WORKLOAD_NAMES)}"
+                              " or 'all'")
+    return names
+
+
+def model_workload(name: str, hw) -> Any:
+    """A :class:`~ccddp.sim.workload.WorkloadProfile` for a paper workload: DDP's own
+    bucket plan (fp32, the paper's setting), per-parameter sizes so the model can
+    re-bucket exactly, phase times from FLOPs or the profile's measured overrides."""
+    try:
+        from ccddp.workloads import bucket_plan, paper_setup
+    except ImportError as e:
+        raise ConfigError(f"ccddp.workloads is not available ({e}); pass "
+                          "--workload-profile PATH instead") from None
+    from dataclasses import replace
+
+    from ccddp.sim.workload import derive_workload, paper_input_bytes
+
+    plan = bucket_plan(name, dtype="float32")
+    setup = paper_setup(name)
+    wl = derive_workload(name, plan.bucket_bytes, hw, batch_size=setup["batch_size"],
+                         forward_flops_per_sample=setup["forward_flops_per_sample"],
+                         input_bytes=paper_input_bytes(setup))
+    param_bytes = _param_bytes(name)
+    if param_bytes and sum(param_bytes) == wl.total_bytes:
+        wl = replace(wl, param_bytes=tuple(param_bytes))
+    return wl
+
+
+def _param_bytes(name: str) -> list[int] | None:
+    """fp32 gradient bytes per parameter in DDP's bucket-fill order, or None (then
+    ``--bucket-cap-mb`` re-buckets as if tensors could be split anywhere)."""
+    try:
+        from ccddp.workloads import get_workload
+        from ccddp.workloads.bucketing import reducer_parameters
+    except ImportError:
+        return None
+    _, params, _ = reducer_parameters(get_workload(name).build_model(device="meta"))
+    return [p.numel() * 4 for p in reversed(params)]
+
+
+def load_workloads(args: argparse.Namespace, hw, *, many: bool = True) -> list:
+    from ccddp.sim.workload import load_workload_profile
+
+    if args.workload_profile:
+        return [load_workload_profile(args.workload_profile)]
+    names = workload_names(args.workload)
+    if not many and len(names) != 1:
+        raise ConfigError("give exactly one workload")
+    from rich.console import Console
+
+    out = []
+    with Console(stderr=True).status("building DDP bucket plans") as status:
+        for n in names:
+            status.update(f"building DDP bucket plan: {n}")
+            out.append(model_workload(n, hw))
+    return out
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+
+def console():
+    """stdout console; a pipe gets a wide table instead of rich's 80 columns."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=160)
+
+
+def rows_table(rows: list[dict], title: str):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in ("workload", "GPUs", "CC-off ms", "CC-on ms", "slowdown", "fwd", "bwd",
+                "comm", "crypto", "bounce", "opt", "other", "ops/AR", "AR"):
+        t.add_column(col, justify="left" if col == "workload" else "right")
+    for r in rows:
+        b = r["breakdown"]
+        other = b["data"] + b["input"] + b["launch"]
+        t.add_row(r["workload"], f"{r['gpus']}" + (f" ({r['nodes']}n)" if r["nodes"] > 1 else ""),
+                  _fmt(r["cc_off_ms"]), _fmt(r["cc_on_ms"]), f"{r['slowdown']:.2f}x",
+                  _fmt(b["forward"]), _fmt(b["backward"]), _fmt(b["comm"]), _fmt(b["crypto"]),
+                  _fmt(b["bounce"]), _fmt(b["optimizer"]), _fmt(other),
+                  f"{r['ops']['ops_per_allreduce']:.0f}", str(r["ops"]["allreduces"]))
+    return t
+
+
+def write_json(path: str, data: Any) -> None:
+    try:
+        Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccddp.sim import load_profile, sweep
+
+    hw = load_profile(args.profile)
+    sched = schedule_from_args(args)
+    gpus = parse_gpus(args.gpus)
+    workloads = load_workloads(args, hw)
+    rows = sweep(hw, workloads, sched, gpus)
+    title = (f"ccddp simulate: profile {hw.name}, schedule {sched.schedule}/{sched.algorithm}, "
+             f"chains {sched.chains_for(hw)}, buckets "
+             f"{'DDP default' if sched.bucket_cap_mb is None else f'{sched.bucket_cap_mb:g} MiB'}"
+             + (f", segment {args.segment_mb:g} MiB" if sched.segmented else ""))
+    console().print(rows_table(rows, title))
+    if args.json:
+        write_json(args.json, rows)
+        print(f"wrote {args.json}")
+    return 0
