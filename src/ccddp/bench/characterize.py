@@ -166,8 +166,6 @@ def characterize(plan: Plan, out_dir: str, *, timeout_s: float = 600.0, progress
 
 def projections(workloads: list[str]) -> list[dict]:
     """Model projections to GPUs not measured here (paper-h100 profile), if the model is installed."""
-    try:
-        from ccddp.sim.project import project_paper_gpus
-    except ImportError:
-        return []
+    from ccddp.bench.projection import project_paper_gpus
+
     return project_paper_gpus(workloads)
