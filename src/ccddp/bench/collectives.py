@@ -159,7 +159,8 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--ops", default="all_reduce", help=f"comma list of {', '.join(OPS)}")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--algorithm", default="ring", choices=["ring", "tree"])
-    p.add_argument("--segment-mb", type=float, default=1.0, help="pipelining / tag unit of 'secure'")
+    p.add_argument("--segment-mb", type=float, default=CommSettings().segment_bytes / (1 << 20),
+                   help="pipelining / tag unit of 'secure'")
     p.add_argument("--tag", default="segment", choices=["segment", "message"])
     p.add_argument("--chains", type=int, default=CommSettings().chains)
     p.add_argument("--allgather", default="per-link", choices=["per-link", "group-key"])

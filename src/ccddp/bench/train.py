@@ -49,7 +49,7 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket cap (default: DDP's 25 MiB, 1 MiB first)")
-    p.add_argument("--segment-mb", type=float, default=1.0)
+    p.add_argument("--segment-mb", type=float, default=CommSettings().segment_bytes / (1 << 20))
     p.add_argument("--chains", type=int, default=CommSettings().chains)
     p.add_argument("--tag", default="segment", choices=["segment", "message"])
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any rank may wait on a peer")

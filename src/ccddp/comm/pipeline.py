@@ -189,7 +189,7 @@ class _Pipeline:
                     if job is not None:
                         jobs.append(job)
                 fut = None
-                if jobs and self.secure:
+                if jobs and self.g.engine is not None:
                     fut = self.g.engine.submit(_run_all, jobs)
                 else:
                     _run_all(jobs)

@@ -9,6 +9,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, replace
 
 from ccddp.crypto.channel import DEFAULT_ROTATE_AFTER
@@ -33,7 +34,9 @@ class CommSettings:
       when ``tag="segment"`` (multi-chain: segments verified in parallel).
     - ``tag``: ``segment`` (one tag per segment) or ``message`` (one tag per chunk message,
       the batched-MAC end: fewest tags, no pipelining inside a chunk).
-    - ``chains``: crypto threads sealing/opening segments in parallel.
+    - ``chains``: crypto threads sealing/opening segments in parallel; 1 runs crypto on
+      the calling thread (still overlapped with transfer, which gloo runs on its own
+      threads); 0 (default) picks ``cores // local ranks``, at least 1.
     - ``allgather``: ``per-link`` keys (default) or ``group-key`` (forward ciphertext; see docs).
     - ``rotate_after``: messages per link key before the key is ratcheted.
     - ``timeout_s``: how long any wait on a peer may take before ``PeerTimeoutError``.
@@ -43,9 +46,11 @@ class CommSettings:
 
     impl: str = "secure"
     algorithm: str = "ring"
-    segment_bytes: int = 1 << 20
+    # 4 MiB: gloo costs ~50-100 us of CPU per message, so on a CPU-bound host fewer,
+    # larger segments beat deeper pipelines (measured in BENCHMARKS.md).
+    segment_bytes: int = 4 << 20
     tag: str = "segment"
-    chains: int = 2
+    chains: int = 0
     allgather: str = "per-link"
     rotate_after: int = DEFAULT_ROTATE_AFTER
     timeout_s: float = 60.0
@@ -62,8 +67,8 @@ class CommSettings:
             raise ConfigError(f"allgather must be one of {', '.join(ALLGATHER_MODES)}, got {self.allgather!r}")
         if self.segment_bytes < 1024:
             raise ConfigError(f"segment_bytes must be >= 1024, got {self.segment_bytes}")
-        if self.chains < 1:
-            raise ConfigError(f"chains must be >= 1, got {self.chains}")
+        if self.chains < 0:
+            raise ConfigError(f"chains must be >= 0 (0 = automatic), got {self.chains}")
         if self.rotate_after < 1:
             raise ConfigError(f"rotate_after must be >= 1, got {self.rotate_after}")
         if not self.timeout_s > 0:
@@ -79,8 +84,16 @@ class CommSettings:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def resolved_chains(self) -> int:
+        """Crypto threads to use on this rank: cores shared by the ranks of this node."""
+        if self.chains:
+            return self.chains
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        return max(1, (os.cpu_count() or 1) // max(1, local))
+
     def fingerprint(self) -> str:
-        """Everything two ranks must agree on (timeouts may differ)."""
+        """Everything two ranks must agree on (timeouts and local thread counts may differ)."""
         d = self.as_dict()
         d.pop("timeout_s")
+        d.pop("chains")
         return json.dumps(d, sort_keys=True)
