@@ -22,8 +22,8 @@ Run it under torchrun (``python -m ccddp.bench.selftest --json rows.json``) or t
 Example::
 
     $ ccddp selftest --world-size 2
-    attack  collective  world  expected                                     observed  passed
-    flip    all_reduce  2      IntegrityError on rank 1 at all_reduce#3 ...  (same)   yes
+    attack  collective  world  expected                                            observed  passed
+    flip    all_reduce  2      IntegrityError at rank 1: 0->1 all_reduce#3 step 0  (same)    yes
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadc
 from ccddp.comm.adversary import AbortSignal, AdversarialTransport, AdversaryError, Rule
 from ccddp.comm.group import exchange_bytes
 from ccddp.comm.transport import Transport
+from ccddp.crypto.establish import KeyEstablishment
 from ccddp.crypto.keys import GroupSecret
 from ccddp.errors import CCDDPError, ConfigError, IntegrityError, PeerTimeoutError
 
@@ -146,8 +147,8 @@ def _ddp_op(g: SecureGroup, tr: AdversarialTransport) -> tuple[Callable[[], bool
         try:
             torch.nn.functional.mse_loss(model(x), y).backward()
         except RuntimeError:
-            # DDP re-raises a failed hook future as RuntimeError; the worker kept the typed one.
-            failure = getattr(model.hook_state.worker, "_failure", None)
+            # DDP re-raises a failed hook future as RuntimeError; SecureDDP kept the typed one.
+            failure = model.comm_failure()
             if isinstance(failure, CCDDPError):
                 raise failure from None
             raise
@@ -220,10 +221,11 @@ def _plan(attack: str, n: int, src: int, dst: int, sizes: list[list[int]], label
     if not data:
         raise AdversaryError(f"link {src}->{dst} carries no data frame in this collective")
     paired = [i for i in data if i + 1 < len(s1) and s1[i + 1] == s1[i]]
-    # An interior frame of the window's last collective (in a DDP step, the last bucket,
-    # so other buckets of the same step precede it): earlier frames must pass.
+    # A frame in the middle of the window's last collective (in a DDP step, the last
+    # bucket, so other buckets of the same step precede it): frames before it must pass,
+    # and with n > 2 it sits in a later ring step or in the all-gather phase.
     last = [i for i in paired if lab1[i][0] == lab1[data[-1]][0]] or paired
-    target = last[1] if len(last) > 1 else (last[0] if last else data[0])
+    target = last[max(1, len(last) // 2)] if len(last) > 1 else (last[0] if last else data[0])
     size = s1[target]
     tlabel = lab1[target]
     if attack in ("flip", "truncate"):
@@ -322,7 +324,7 @@ def _gather_json(obj) -> list:
     return [json.loads(b) for b in exchange_bytes(json.dumps(obj).encode())]
 
 
-def run_case(case: int, attack: str, collective: str, secret: GroupSecret, base: CommSettings,
+def run_case(case: int, attack: str, collective: str, secret: GroupSecret | None, base: CommSettings,
              short_timeout_s: float, prefix: str) -> dict:
     """Run one case on every rank; every rank returns the same judged row."""
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -398,20 +400,20 @@ def judge(attack: str, collective: str, n: int, src: int, dst: int, plan: Plan |
         plan.expect = "integrity" if recv["status"] == "error" and recv["integrity"] else "timeout"
     if plan.expect == "integrity":
         where = parse_label(recv.get("label"))
-        expected = (f"IntegrityError on rank {dst}, link {src}->{dst}, {where[0]} step {where[1]}" if where
-                    else f"IntegrityError on rank {dst}, link {src}->{dst}, at the tampered frame")
+        expected = (f"IntegrityError at rank {dst}: {src}->{dst} {where[0]} step {where[1]}" if where
+                    else f"IntegrityError at rank {dst}: {src}->{dst} at the tampered frame")
         if recv["status"] == "error":
-            observed = (f"{recv['type']} on rank {dst}, link {recv.get('link')}, {recv.get('collective')} "
+            observed = (f"{recv['type']} at rank {dst}: {recv.get('link')} {recv.get('collective')} "
                         f"step {recv.get('step')}")
             hit = (recv["integrity"] and where is not None and recv.get("link") == f"{src}->{dst}"
                    and recv.get("collective") == where[0] and (where[1] is None or recv.get("step") == str(where[1])))
             if not hit:
                 problems.append(f"not at frame {plan.target} of link {src}->{dst} ({recv['message'][:120]})")
         else:
-            observed = f"rank {dst} returned ({'correct' if recv['correct'] else 'WRONG'} result)"
+            observed = f"rank {dst} returned a {'correct' if recv['correct'] else 'WRONG'} result"
             problems.append("not detected")
     elif plan.expect == "correct":
-        expected = f"correct result on every rank (a frame {_DELAY_S:g}s late)"
+        expected = f"correct result, a frame {_DELAY_S:g}s late"
         errs = [r for r, o in enumerate(outcomes) if o["status"] != "ok"]
         observed = ("correct result on every rank" if not errs and not wrong else
                     "; ".join(f"rank {r}: {outcomes[r].get('type', 'wrong result')}" for r in errs + wrong))
@@ -423,7 +425,7 @@ def judge(attack: str, collective: str, n: int, src: int, dst: int, plan: Plan |
                     if o["status"] == "error" and o["timeout"] and not o["abandoned"]]
         if timeouts:
             secs, r = min(timeouts)
-            observed = f"PeerTimeoutError on rank {r} after {secs:.1f}s"
+            observed = f"PeerTimeoutError at rank {r} after {secs:.1f}s"
             if secs > plan.timeout_s + 2.0:
                 problems.append("too late")
         else:
@@ -436,7 +438,18 @@ def judge(attack: str, collective: str, n: int, src: int, dst: int, plan: Plan |
 
 def run_selftest(attacks: list[str], collectives: list[str], settings: CommSettings,
                  short_timeout_s: float = 2.0, secret: GroupSecret | None = None) -> list[dict]:
-    """Run every (attack, collective) case on the initialized default process group."""
+    """Run every (attack, collective) case on the initialized default process group.
+
+    Keys: ``secret`` if given; else the authenticated exchange if ``CCDDP_IDENTITY`` is
+    set; else the pre-shared secret from the environment. Every rank returns the same
+    rows (keys ``attack``, ``collective``, ``world_size``, ``expected``, ``observed``,
+    ``passed``).
+
+    Example (on every rank)::
+
+        rows = run_selftest(["flip", "replay"], ["all_reduce"], CommSettings(segment_bytes=1024))
+        assert all(r["passed"] for r in rows)
+    """
     for a in attacks:
         if a not in ATTACKS:
             raise ConfigError(f"unknown attack {a!r}; choose from {', '.join(ATTACKS)}")
@@ -447,7 +460,9 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
         raise ConfigError("selftest needs a world size of at least 2")
     if not settings.secure:
         raise ConfigError(f"selftest checks the secure implementations; impl={settings.impl!r} has no crypto")
-    secret = secret or GroupSecret.from_env()
+    if secret is None and KeyEstablishment.from_env() is None:
+        secret = GroupSecret.from_env()
+    # else: with CCDDP_IDENTITY set, each case's SecureGroup runs the authenticated exchange.
     # One nonce for this job, so abort flags of two selftests on one store never mix.
     prefix = exchange_bytes(os.urandom(8).hex().encode())[0].decode()
     rows, case = [], 0
@@ -461,7 +476,7 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
 # -- faults (one torchrun job each) -------------------------------------------------------
 
 FAULTS = {
-    "tampered-frame": ("a bit of a frame on link 0->1 is flipped", "IntegrityError"),
+    "tampered-frame": ("a frame on link 0->1 is tampered with", "IntegrityError"),
     "killed-rank": ("rank 1 is killed (SIGKILL) in the middle of an all-reduce", "PeerTimeoutError"),
     "silent-peer": ("rank 1 stops responding in the middle of an all-reduce", "PeerTimeoutError"),
     "other-settings": ("rank 1 is started with another segment size", "ConfigError"),
@@ -489,9 +504,22 @@ class _FaultTransport(Transport):
         return super().isend(frame, dst)
 
 
-def run_fault(name: str, timeout_s: float) -> None:
+_FAULT_RULES = {
+    # Frame 18 of link 0->1 is in the second ring step (16 one-KiB segments per step), so
+    # rank 0 has by then received frames of its other link to splice from.
+    "flip": Rule("flip", 0, 1, nth=18),
+    "truncate": Rule("truncate", 0, 1, nth=18),
+    "replay": Rule("replay", 0, 1, nth=18),
+    "reorder": Rule("reorder", 0, 1, nth=18),
+    "wrong-key": Rule("splice", 0, 1, nth=18, from_link=-1),
+}
+
+
+def run_fault(name: str, timeout_s: float, attack: str = "flip") -> None:
     """Run fault ``name`` on the initialized default group; it must raise on every
-    surviving rank (a :class:`CCDDPError`), and may never return a wrong result."""
+    surviving rank (a :class:`CCDDPError`), and may never return a wrong result.
+    ``attack`` picks what ``tampered-frame`` does to the frame (``wrong-key``: a frame
+    sealed under another link's key)."""
     if name not in FAULTS:
         raise ConfigError(f"unknown fault {name!r}; choose from {', '.join(FAULTS)}")
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -500,7 +528,12 @@ def run_fault(name: str, timeout_s: float) -> None:
     transport = None
     numel, dtype = n * 4 * _CHUNK, torch.float32
     if name == "tampered-frame":
-        transport = AdversarialTransport(dist.group.WORLD, timeout_s, [Rule("flip", 0, 1, nth=2)])
+        if attack not in _FAULT_RULES:
+            raise ConfigError(f"unknown attack {attack!r} for tampered-frame; choose from {', '.join(_FAULT_RULES)}")
+        rule = _FAULT_RULES[attack]
+        if rule.from_link is not None:
+            rule = Rule("splice", 0, 1, nth=rule.nth, from_link=n - 1)
+        transport = AdversarialTransport(dist.group.WORLD, timeout_s, [rule])
         transport.arm()
     elif name in ("killed-rank", "silent-peer"):
         transport = _FaultTransport(dist.group.WORLD, timeout_s, victim=1, after=6,
@@ -533,6 +566,7 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                    help="timeout of the cases that must end in a timeout (stall, a dropped last frame)")
     p.add_argument("--json", default=None, help="write the rows here (rank 0)")
     p.add_argument("--fault", default=None, choices=sorted(FAULTS), help=argparse.SUPPRESS)
+    p.add_argument("--fault-attack", default="flip", help=argparse.SUPPRESS)
     return p
 
 
@@ -559,7 +593,7 @@ def main() -> None:
     args = build_parser().parse_args()
     if args.fault:
         init_from_env(max(30.0, 3 * args.timeout))
-        run_fault(args.fault, args.timeout)
+        run_fault(args.fault, args.timeout, args.fault_attack)
         return
     attacks, collectives = parse_lists(args)
     init_from_env(max(30.0, 3 * args.timeout))

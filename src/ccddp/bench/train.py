@@ -22,7 +22,7 @@ import torch.distributed as dist
 from ccddp.bench.machine import machine_info
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings
-from ccddp.crypto import GroupSecret, derive_purpose_key
+from ccddp.crypto import derive_purpose_key
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.ddp import BouncePath, SecureDDP
 from ccddp.errors import ConfigError
@@ -101,7 +101,8 @@ def train(args: argparse.Namespace) -> dict:
     rank, n = dist.get_rank(), dist.get_world_size()
     wl = workload_from(args)
     settings = settings_from(args)
-    secret = GroupSecret.from_env() if args.cc == "on" else None
+    # None in CC-on: SecureGroup reads the environment (shared secret or identity keys).
+    secret = None
     torch.manual_seed(args.seed)
     module = wl.build_model(device="cpu")
     # Gradients as views of DDP's buckets: no second copy of every gradient (GPT-2 sizes
@@ -110,7 +111,8 @@ def train(args: argparse.Namespace) -> dict:
                       gradient_as_bucket_view=True)
     bounce = None
     if args.cc == "on":
-        bounce = BouncePath(derive_purpose_key(secret, model.sync_group.session_id, f"bounce/{rank}"),
+        # The group's secret: the pre-shared one, or the one agreed by key establishment.
+        bounce = BouncePath(derive_purpose_key(model.sync_group.secret, model.sync_group.session_id, f"bounce/{rank}"),
                             session_id=model.sync_group.session_id)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     state = model.hook_state

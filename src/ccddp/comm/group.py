@@ -95,7 +95,9 @@ class SecureGroup:
         self._buffers: dict[str, torch.Tensor] = {}
         self.session_id = session_id if session_id is not None else self._agree_session()
         self._check_agreement()
-        self.engine = CryptoEngine(self.settings.chains) if self.settings.secure else None
+        chains = self.settings.resolved_chains()
+        # One chain: crypto on the calling thread; no pool hand-offs to pay for.
+        self.engine = CryptoEngine(chains) if self.settings.secure and chains > 1 else None
 
     # -- establishment -------------------------------------------------------------
     def exchange_bytes(self, blob: bytes) -> list[bytes]:

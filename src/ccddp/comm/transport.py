@@ -8,6 +8,7 @@ with ``is_completed`` and awaited with a timeout.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import torch
@@ -43,15 +44,26 @@ class Transport:
     def peer_failed(self, e: Exception, what: str) -> PeerTimeoutError:
         """A typed, one-line error for a P2P call that gloo refused (a peer died or timed
         out and its connection was closed)."""
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return PeerTimeoutError(f"rank {self.rank}: {what}: the connection failed ({first[:200]})")
+        return PeerTimeoutError(f"rank {self.rank}: {what}: {gloo_reason(e)}")
 
     def wait(self, work, peer: int, what: str) -> None:
         """Wait for ``work`` or raise :class:`PeerTimeoutError` naming the peer."""
         try:
             work.wait(self.timeout)
         except RuntimeError as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise PeerTimeoutError(
                 f"rank {self.rank}: {what} with rank {peer} did not complete within "
-                f"{self.timeout.total_seconds():g}s or the peer failed ({first[:200]})") from None
+                f"{self.timeout.total_seconds():g}s or the peer failed ({gloo_reason(e)})") from None
+
+
+def gloo_reason(e: Exception) -> str:
+    """gloo's first error line without its source location and socket addresses: short
+    enough for a one-line reason, and free of ``]:`` that log prefixes are split on."""
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    if "Connection closed by peer" in first or "Connection reset by peer" in first:
+        return "the connection was closed: the peer exited or crashed"
+    if "Timed out" in first or "timed out" in first:
+        return "timed out"
+    first = re.sub(r"^\[[^\]]*\]\s*", "", first)
+    return re.sub(r"\[[^\]]*\]:\d+", "<peer>", first)[:200]

@@ -345,17 +345,26 @@ def _toml_value(v: Any) -> str:
     return repr(v)
 
 
-def write_profile(data: dict[str, Any], path: str | Path) -> Path:
+def write_profile(data: dict[str, Any], path: str | Path, *,
+                  notes: dict[str, str] | None = None, header: list[str] | None = None) -> Path:
     """Validate ``data`` (flat or sectioned) and write it as a commented TOML profile.
 
-    This is the API ``ccddp calibrate --out PATH`` uses. Example::
+    ``notes`` adds a comment line under a field's documentation (where its value came
+    from, e.g. ``"MEASURED: ..."`` or ``"DEFAULT: ..."``); ``header`` adds comment lines at
+    the top. This is the API ``ccddp calibrate --out PATH`` uses. Example::
 
         d = load_profile("local").as_dict()
         d.update(enc_gbps=2.31, dec_gbps=2.93, link_gbps=0.91)
-        write_profile(d, "local.toml")
+        write_profile(d, "local.toml", notes={"enc_gbps": "MEASURED: seal, one thread"})
     """
     hw = validate_profile(data, source=str(path))
-    lines = ["# ccddp hardware profile (schema: ccddp.sim.profile.FIELDS)", ""]
+    notes = notes or {}
+    unknown = sorted(set(notes) - set(_BY_NAME))
+    if unknown:
+        raise ConfigError(f"note for unknown profile field '{unknown[0]}'")
+    lines = ["# ccddp hardware profile (schema: ccddp.sim.profile.FIELDS)"]
+    lines += [f"# {h}".rstrip() for h in (header or [])]
+    lines.append("")
     for section in SECTIONS:
         lines.append(f"[{section}]")
         for f in FIELDS:
@@ -363,6 +372,9 @@ def write_profile(data: dict[str, Any], path: str | Path) -> Path:
                 unit = f" [{f.unit}]" if f.unit else ""
                 lines.extend(textwrap.wrap(f"{f.doc}{unit}", 88, initial_indent="# ",
                                            subsequent_indent="# "))
+                if f.name in notes:
+                    lines.extend(textwrap.wrap(notes[f.name], 88, initial_indent="# ",
+                                               subsequent_indent="#   "))
                 lines.append(f"{f.name} = {_toml_value(getattr(hw, f.name))}")
         lines.append("")
     for wname, over in sorted(hw.workloads.items()):
