@@ -116,3 +116,36 @@ def test_one_allreduce_is_the_papers_4_n_minus_1_operations(world_size):
     if n == 4:
         assert tree[1]["seals"] == 2 and tree[1]["opens"] == 2
         assert tree[0]["seals"] == 2 and tree[3]["seals"] == 1
+
+
+def _capped_rank(rank, n):
+    """Messages larger than one AES-GCM call allows are cut into frames (cap lowered here)."""
+    import torch.distributed as dist
+
+    import ccddp.comm.naive as naive
+    import ccddp.comm.pipeline as pipeline
+    import ccddp.comm.tree as tree
+    from ccddp.comm import all_reduce
+
+    for mod in (naive, pipeline, tree):
+        mod.MAX_FRAME_BYTES = 4096
+    out = {}
+    for impl, kw in [("secure-naive", {}), ("secure", {"tag": "message"}), ("secure", {"algorithm": "tree"})]:
+        g = _group(impl, **kw)
+        x = torch.randn(10_001, generator=torch.Generator().manual_seed(rank))
+        ref = x.clone()
+        dist.all_reduce(ref)
+        before = g.counters.snapshot()
+        all_reduce(x, g)
+        after = g.counters.snapshot()
+        out[impl + str(kw)] = (torch.allclose(x, ref, atol=1e-5), after["seals"] - before["seals"],
+                               after["segments_sealed"] - before["segments_sealed"])
+    return out
+
+
+def test_messages_beyond_one_aead_call_are_cut_into_frames():
+    for res in run_ranks(_capped_rank, 2):
+        for key, (ok, seals, frames) in res.items():
+            assert ok, key
+            if "tree" not in key:
+                assert seals == 2 and frames > seals, (key, seals, frames)

@@ -10,36 +10,42 @@ import torch
 
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.pipeline import dtype_name
-from ccddp.comm.plan import Step
+from ccddp.comm.plan import Step, segment_bounds
 from ccddp.crypto.aad import FrameContext, Op
-from ccddp.crypto.channel import TAG_BYTES
+from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 
 
 def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int) -> None:
-    """Run ``steps`` on ``flat`` in place, one whole-chunk message per step."""
+    """Run ``steps`` on ``flat`` in place, one whole-chunk message per step (cut into
+    frames only where a chunk exceeds what one AES-GCM call takes)."""
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     where = f"{op.name.lower()}#{seq}"
+    per_frame = max(1, MAX_FRAME_BYTES // isz)
+
+    def frames(region, name):
+        segs = segment_bounds(*region, per_frame)
+        arena = g.buffer(name, sum((b - a) * isz + TAG_BYTES for a, b in segs))
+        out, off = [], 0
+        for j, (a, b) in enumerate(segs):
+            n = (b - a) * isz
+            out.append((j, a, b, n, arena[off:off + n + TAG_BYTES]))
+            off += n + TAG_BYTES
+        return out
+
     for st in steps:
-        recv_work = send_work = None
+        recvs, sends = [], []
         if st.recv_peer is not None:
-            a, b = st.recv_region
-            n = (b - a) * isz
-            rx_frame = g.buffer("rx", n + TAG_BYTES)
-            recv_work = tr.irecv(rx_frame, st.recv_peer)
+            recvs = [(f, tr.irecv(f[4], st.recv_peer)) for f in frames(st.recv_region, "rx")]
         if st.send_peer is not None:
-            a, b = st.send_region
-            n = (b - a) * isz
-            frame = g.buffer("tx", n + TAG_BYTES)
-            aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, 0, g.rank, st.send_peer,
-                               n, dtype).pack()
-            g.tx(st.send_peer).seal(u8[a * isz:b * isz].numpy(), frame.numpy(), aad)
+            for j, a, b, n, frame in frames(st.send_region, "tx"):
+                aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, g.rank, st.send_peer,
+                                   n, dtype).pack()
+                g.tx(st.send_peer).seal(u8[a * isz:b * isz].numpy(), frame.numpy(), aad)
+                sends.append(tr.isend(frame, st.send_peer))
             g.counters.add_message(sealed=True)
-            send_work = tr.isend(frame, st.send_peer)
-        if recv_work is not None:
-            tr.wait(recv_work, st.recv_peer, f"receive in {where} step {st.index}")
-            a, b = st.recv_region
-            n = (b - a) * isz
-            aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, 0, st.recv_peer, g.rank,
+        for (j, a, b, n, rx_frame), work in recvs:
+            tr.wait(work, st.recv_peer, f"receive in {where} step {st.index}")
+            aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, st.recv_peer, g.rank,
                                n, dtype).pack()
             if st.action == "copy":
                 g.rx(st.recv_peer).open(rx_frame.numpy(), u8[a * isz:b * isz].numpy(), aad,
@@ -48,6 +54,7 @@ def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq
                 plain = rx_frame[:n]  # opened in place, as in the pipelined engine
                 g.rx(st.recv_peer).open(rx_frame.numpy(), plain.numpy(), aad, collective=where, step=st.index)
                 flat[a:b].add_(plain.view(flat.dtype))
+        if recvs:
             g.counters.add_message(sealed=False)
-        if send_work is not None:
-            tr.wait(send_work, st.send_peer, f"send in {where} step {st.index}")
+        for work in sends:
+            tr.wait(work, st.send_peer, f"send in {where} step {st.index}")

@@ -23,7 +23,7 @@ import torch
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.plan import Step, segment_bounds
 from ccddp.crypto.aad import FrameContext, Op, Phase
-from ccddp.crypto.channel import TAG_BYTES
+from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 
 ANY_RANK = 0xFFFF
 
@@ -46,7 +46,7 @@ class _Pipeline:
         self.isz = flat.element_size()
         self.u8 = flat.view(torch.uint8)
         self.dtype = dtype_name(flat)
-        seg_elems = None if seg_bytes is None else max(1, seg_bytes // self.isz)
+        seg_elems = max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // self.isz)
         self.send_segs = [segment_bounds(*st.send_region, seg_elems) if st.send_region else [] for st in steps]
         self.recv_segs = [segment_bounds(*st.recv_region, seg_elems) if st.recv_region else [] for st in steps]
         self.where = f"{op.name.lower()}#{seq}"

@@ -14,7 +14,7 @@ from ccddp.comm.group import SecureGroup
 from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.plan import segment_bounds
 from ccddp.crypto.aad import FrameContext, Op, Phase
-from ccddp.crypto.channel import TAG_BYTES
+from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 
 
 def tree_links(rank: int, n: int) -> tuple[int | None, list[int]]:
@@ -28,7 +28,7 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     op, where = Op.TREE_ALL_REDUCE, f"tree_all_reduce#{seq}"
     parent, children = tree_links(g.rank, g.world_size)
-    segs = segment_bounds(0, flat.numel(), None if seg_bytes is None else max(1, seg_bytes // isz))
+    segs = segment_bounds(0, flat.numel(), max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // isz))
     tag = TAG_BYTES if secure else 0
     nbytes = flat.numel() * isz
     per_frame = [(b - a) * isz for a, b in segs]

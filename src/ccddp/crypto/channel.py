@@ -38,6 +38,9 @@ from ccddp.errors import ConfigError, FrameFormatError, IntegrityError
 TAG_BYTES = 16
 NONCE_BYTES = 12
 DEFAULT_ROTATE_AFTER = 1 << 32
+# One AES-GCM call takes at most 2**31-1 bytes (OpenSSL's int lengths); larger messages
+# ("one tag per message", the naive schedule) are cut into frames of at most this size.
+MAX_FRAME_BYTES = 1 << 30
 
 Job = Callable[[], None]
 NonceRecorder = Callable[[bytes, bytes], None]
