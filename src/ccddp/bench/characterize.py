@@ -159,7 +159,11 @@ def characterize(plan: Plan, out_dir: str, *, timeout_s: float = 600.0, progress
     if progress:
         progress(len(todo), len(todo), "done")
     if project:
-        data["projections"] = projections(plan.workloads)
+        try:
+            data["projections"] = projections(plan.workloads)
+        except CCDDPError as e:  # the measurements stand without the model's projections
+            data["projections"] = []
+            data["projection_error"] = str(e)
         save(path, data)
     return data
 

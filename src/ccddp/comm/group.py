@@ -31,6 +31,7 @@ from ccddp.errors import ConfigError
 # Link ids above this mark group-key channels (owner in the low bits), so their nonces
 # never collide with a per-link channel's even though the keys differ anyway.
 _GROUP_LINK_BASE = 0xFFFF0000
+_MAX_CACHED_BYTES = 256 << 20
 
 
 def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None) -> list[bytes]:
@@ -171,6 +172,10 @@ class SecureGroup:
     # -- buffers -------------------------------------------------------------------
     def buffer(self, name: str, nbytes: int) -> torch.Tensor:
         """A reusable uint8 scratch tensor of at least ``nbytes`` (grown, never shrunk)."""
+        if nbytes > _MAX_CACHED_BYTES:
+            # DDP's first iteration all-reduces every gradient as one bucket: give it a
+            # temporary buffer rather than keeping gigabytes for the rest of the run.
+            return torch.empty(nbytes, dtype=torch.uint8)
         buf = self._buffers.get(name)
         if buf is None or buf.numel() < nbytes:
             buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)

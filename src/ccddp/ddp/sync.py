@@ -15,6 +15,8 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from ccddp.comm import SecureGroup, broadcast
 
+_BATCH_BYTES = 128 << 20
+
 
 def secure_broadcast_tensors(tensors: Iterable[torch.Tensor], group: SecureGroup, src: int = 0) -> int:
     """Overwrite ``tensors`` on every rank with rank ``src``'s values; returns collectives used.
@@ -26,9 +28,20 @@ def secure_broadcast_tensors(tensors: Iterable[torch.Tensor], group: SecureGroup
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for t in tensors:
         by_dtype.setdefault(t.dtype, []).append(t)
-    calls = 0
+    batches = []
     for dtype in sorted(by_dtype, key=str):
-        ts = by_dtype[dtype]
+        # Batches of at most _BATCH_BYTES: a GPT-2 flattened whole would need another
+        # full copy of the model (plus its frames) on every rank.
+        batch, size = [], 0
+        for t in by_dtype[dtype]:
+            if batch and size + t.numel() * t.element_size() > _BATCH_BYTES:
+                batches.append(batch)
+                batch, size = [], 0
+            batch.append(t)
+            size += t.numel() * t.element_size()
+        batches.append(batch)
+    calls = 0
+    for ts in batches:
         with torch.no_grad():
             flat = _flatten_dense_tensors([t.detach() for t in ts])
             broadcast(flat, src, group)
