@@ -80,6 +80,7 @@ class _Seg:
     chain_rs: float
     chain_ag: float
     seg_bytes: float
+    cpu: float          # core time the transfer takes (software link on shared cores)
 
 
 def _segment(r: Rates, sched, msg_bytes: float, crypto_scale: float, pad_frac: float) -> _Seg:
@@ -98,7 +99,8 @@ def _segment(r: Rates, sched, msg_bytes: float, crypto_scale: float, pad_frac: f
     red = s * r.reduce_ms_per_b
     wire = r.wire_ms(s + r.tag_bytes * tags_f / segs)
     hop = seal + r.seg_ms + r.link_latency_ms + wire + opn
-    return _Seg(segs, segs_int, tags_int, seal, opn, red, wire, hop + red, hop, s)
+    return _Seg(segs, segs_int, tags_int, seal, opn, red, wire, hop + red, hop, s,
+                s * r.link_cpu_ms_per_b)
 
 
 def secure_ring(r: Rates, sched, n: int, nbytes: float, pads: float = 0.0, *,
@@ -117,8 +119,10 @@ def secure_ring(r: Rates, sched, n: int, nbytes: float, pads: float = 0.0, *,
     peer_bytes = 2 * (n - 1) * chunk * scale
     pad_frac = min(1.0, pads / peer_bytes)
     g = _segment(r, sched, chunk, scale, pad_frac)
-    e_rs = g.seal + g.open + g.reduce + r.seg_ms
-    e_ag = g.seal + g.open + r.seg_ms
+    # The rank's cores also carry its transfers where the link is software (loopback):
+    # with them the engine is what one rank's share of the cores must do per segment-hop.
+    e_rs = g.seal + g.open + g.reduce + r.seg_ms + g.cpu
+    e_ag = g.seal + g.open + r.seg_ms + g.cpu
     group_key = sched.schedule == "group-key-allgather"
     if not group_key or ag == 0:
         steps = rs + ag
@@ -130,13 +134,13 @@ def secure_ring(r: Rates, sched, n: int, nbytes: float, pads: float = 0.0, *,
         ms = pipeline_ms(rs, g.segs, e_rs, g.wire, g.chain_rs)
         # Each rank seals its own chunk once and opens the n-1 it receives, while it
         # forwards ciphertext at once: opens are off the forwarding path.
-        m = max(g.open + r.seg_ms + g.seal / ag, g.wire)
+        m = max(g.open + r.seg_ms + g.seal / ag + g.cpu, g.wire)
         hop = r.seg_ms + r.link_latency_ms + g.wire
         ms += max(ag * g.segs * m, g.seal + ag * hop + (g.segs - 1) * m + g.open)
         sealed_steps, ag_opens = rs + 1, ag
     opened_steps = rs + ag_opens
     crypto = g.segs * (sealed_steps * g.seal + opened_steps * g.open)
-    busy = crypto + g.segs * (rs * g.reduce + (rs + ag) * r.seg_ms)
+    busy = crypto + g.segs * (rs * g.reduce + (rs + ag) * (r.seg_ms + g.cpu))
     return CollectiveCost(
         ms=ms, busy_ms=busy, crypto_ms=crypto,
         seals=sealed_steps * g.tags_int, opens=opened_steps * g.tags_int,
@@ -163,7 +167,7 @@ def secure_tree(r: Rates, sched, n: int, nbytes: float, pads: float = 0.0
     kids = root if root >= inner else inner - 1
     pad_frac = min(1.0, pads / nbytes)            # each peer's table feeds one message
     g = _segment(r, sched, nbytes, 1, pad_frac)
-    engine = ops * (g.seal + g.open + r.seg_ms) + kids * g.reduce
+    engine = ops * (g.seal + g.open + r.seg_ms + g.cpu) + kids * g.reduce
     link = ops * g.wire
     up = g.seal + r.seg_ms + r.link_latency_ms + g.wire + kids * (g.open + g.reduce)
     down = g.seal + r.seg_ms + r.link_latency_ms + g.wire + g.open
@@ -191,8 +195,12 @@ def plain_allreduce(r: Rates, n: int, nbytes: float, nvls: bool) -> CollectiveCo
     best = min(ring, tree)
     if nvls:
         best = min(best, 2 * lat + nbytes * bw)
-    return CollectiveCost(ms=best, busy_ms=(n - 1) / n * nbytes * red,
-                          messages=2 * (n - 1), bytes_sent=2 * (n - 1) / n * nbytes)
+    sent = 2 * (n - 1) / n * nbytes
+    busy = (n - 1) / n * nbytes * red + sent * r.link_cpu_ms_per_b
+    if r.link_cpu_ms_per_b > 0:
+        # A software link on shared cores: never faster than the cores can copy and add.
+        best = max(best, busy)
+    return CollectiveCost(ms=best, busy_ms=busy, messages=2 * (n - 1), bytes_sent=sent)
 
 
 def hw_link_allreduce(r: Rates, n: int, nbytes: float) -> CollectiveCost:

@@ -83,6 +83,10 @@ def predict(hw, wl, sched, n: int) -> dict[str, Any]:
             "pad_bytes": on.counts["pad_bytes"],
         },
         "busy_ms": dict(on.busy),
+        # The timelines' own phases (contention and exposed apart), to set beside a
+        # measured run's phases.
+        "phases": dict(on.phases),
+        "phases_cc_off": dict(off.phases),
     }
 
 

@@ -41,6 +41,7 @@ class Field:
     doc: str
     check: str = "nonneg"  # nonneg | pos | frac (0, 1] | unit [0, 1] | ge1 | any
     choices: tuple[str, ...] = ()
+    allow_inf: bool = False  # a rate that may be "free" (inf)
 
 
 FIELDS: tuple[Field, ...] = (
@@ -75,6 +76,12 @@ FIELDS: tuple[Field, ...] = (
     Field("segment_overhead_us", "link", "float", "us", "Software cost per message a ring "
           "schedule posts (isend/irecv/wait; Python-level on a CPU host). Paid by secure and "
           "plaintext P2P schedules, not by the library's own all-reduce.", "nonneg"),
+    Field("link_cpu_gbps", "link", "float", "GB/s", "Bytes per second one host core moves "
+          "through the link's software path, counting each byte sent (a ring step also "
+          "receives as many): the core time a transfer takes from ranks that share host cores "
+          "(gloo over loopback TCP copies through the kernel at both ends). inf where the link "
+          "has its own engine (NVLink, RDMA DMA), so transfers cost no core time.", "pos",
+          allow_inf=True),
     Field("cc_exchange_toll_us", "link", "float", "us", "Fixed extra cost of every "
           "cross-device message in CC mode (seed 003: +9-13 us Hopper, +10-15 us B300).",
           "nonneg"),
@@ -86,7 +93,7 @@ FIELDS: tuple[Field, ...] = (
     Field("dec_gbps", "crypto", "float", "GB/s", "The same for one open.", "pos"),
     Field("mac_gbps", "crypto", "float", "GB/s", "GHASH rate of ONE chain (GHASH is serial "
           "per chain; chains run in parallel). inf when enc/dec rates already include the MAC "
-          "(stitched CPU AES-GCM).", "pos"),
+          "(stitched CPU AES-GCM).", "pos", allow_inf=True),
     Field("mac_chains", "crypto", "int", "chains", "Default chains per message (multi-chain "
           "MAC, paper Fig. 7; crypto threads on a CPU).", "ge1"),
     Field("max_chains", "crypto", "int", "chains", "Chains beyond this add nothing (device "
@@ -170,6 +177,7 @@ class HardwareProfile:
     link_encrypted: bool
     reduce_gbps: float
     segment_overhead_us: float
+    link_cpu_gbps: float
     cc_exchange_toll_us: float
     cc_bandwidth_kept: float
     enc_gbps: float
@@ -245,7 +253,7 @@ def _check_value(f: Field, value: Any) -> Any:
         if value != int(value) or math.isinf(value):
             raise ConfigError(f"{where} must be an integer, got {value}")
         return int(value)
-    if math.isinf(value) and f.name != "mac_gbps":
+    if math.isinf(value) and not f.allow_inf:
         raise ConfigError(f"{where} must be finite, got {value}")
     return float(value)
 

@@ -11,6 +11,9 @@ The crypto of one seal (or open) of ``b`` bytes is::
 where ``fixed`` = per-call cost + one kernel launch (with CC's launch toll), ``pad`` is the
 part whose keystream was pre-computed, and chains stop helping at ``max_chains``.
 
+A transfer also costs core time where the link is software on shared cores (gloo over
+loopback: ``link_cpu_gbps``); it competes with the rank's crypto and with backward.
+
 Example::
 
     r = Rates.resolve(load_profile("h100-cc"), Schedule(), n=8, cc=True)
@@ -50,6 +53,7 @@ class Rates:
     reduce_ms_per_b: float
     seg_ms: float               # software cost per message
     link_ms_per_b: float
+    link_cpu_ms_per_b: float    # core time of a transfer (per byte sent; 0: the link's own engine)
     link_latency_ms: float
     toll_ms: float              # CC per-exchange toll
     compute_factor: float       # host contention on forward/backward/optimizer
@@ -85,6 +89,8 @@ class Rates:
             reduce_ms_per_b=soft_f / (hw.reduce_gbps * GB_MS),
             seg_ms=soft_f * hw.segment_overhead_us * US_MS,
             link_ms_per_b=soft_f / (hw.link_gbps * kept * GB_MS),
+            link_cpu_ms_per_b=0.0 if math.isinf(hw.link_cpu_gbps)
+            else soft_f / (hw.link_cpu_gbps * GB_MS),
             link_latency_ms=hw.link_latency_us * US_MS,
             toll_ms=hw.cc_exchange_toll_us * US_MS if cc else 0.0,
             compute_factor=comp_f,

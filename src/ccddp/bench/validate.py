@@ -1,0 +1,359 @@
+"""Validation of the performance model against this machine's measured training runs.
+
+Reads ``ccddp train --json`` results (or ``ccddp characterize``'s ``results.json``),
+pairs each CC-on run with the CC-off run of the same workload, shapes and world size,
+and predicts the CC-on run from:
+
+* the hardware profile (``ccddp calibrate``: micro-benchmarks only);
+* workload profiles built from the CC-OFF run alone: DDP's bucket plan for the run's
+  shapes and dtype (:func:`ccddp.workloads.bucket_plan`, the order DDP rebuilds its
+  buckets in), the batch's bytes, and the measured compute phases (data, forward,
+  backward, optimizer: "measured compute") of each measured iteration. A CC-on run is
+  never a compute source (:func:`workload_from_run` refuses one), so nothing of what is
+  predicted feeds the prediction;
+* the CC-on run's schedule and settings (``pipelined`` = ccddp's ``secure``, ``naive`` =
+  the paper's ``secure-naive``; segment size, chains as the run resolved them).
+
+The measured CC-off backward contains the time gloo's all-reduce threads took from it;
+the model adds that contention itself, so the workload's backward is the value for which
+the model's CC-off backward (compute + contention) equals the measured one. Each measured
+CC-off iteration is predicted on its own and the medians are compared, as ``ccddp
+train`` reports the median iteration (a median of sums, not a sum of medians).
+
+Example::
+
+    runs = load_runs(["runs/"])
+    rows = validate(load_profile("local.toml"), runs)
+    rows[0]["cc_on_error"], rows[0]["ratio_error"], rows[0]["pass"]
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Any, Iterable
+
+from ccddp.errors import ConfigError
+
+TRAIN_SCHEMA = "ccddp.train/1"
+CHARACTERIZE_SCHEMA = "ccddp.characterize/1"
+SCHEMA = "ccddp.validate/1"
+#: issue #5: CC-on iteration time within 20 %, CC-on/CC-off ratio within 10 %.
+TIME_TOLERANCE = 0.20
+RATIO_TOLERANCE = 0.10
+SIM_SCHEDULES = {"pipelined": "pipelined", "naive": "naive"}
+# Settings of the workload that are not shapes (recorded in "shapes" for the record).
+_NOT_SETTINGS = {"workload", "family", "size", "paper_batch_size", "num_params", "param_bytes",
+                 "dtype_reduced", "dtype_reason"}
+
+
+# -- reading results ---------------------------------------------------------------------
+
+def _read(path: str) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"measured result not found: {path}") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: not a readable JSON result ({e})") from None
+    if not isinstance(data, dict):
+        return []
+    schema = data.get("schema")
+    if schema == TRAIN_SCHEMA:
+        return [{**data, "source": path}]
+    if schema == CHARACTERIZE_SCHEMA:
+        return [{**r["result"], "source": f"{path}#{r['key']}"} for r in data.get("runs", [])
+                if r.get("status") == "ok" and r.get("result")]
+    return []
+
+
+def load_runs(paths: Iterable[str]) -> list[dict]:
+    """Training results from files and directories (``*.json`` below them); JSON files of
+    other kinds in a directory are skipped, a named file must be a result."""
+    runs: list[dict] = []
+    for p in paths:
+        if os.path.isdir(p):
+            for f in sorted(glob.glob(os.path.join(p, "**", "*.json"), recursive=True)):
+                runs += _read(f)
+        else:
+            found = _read(p)
+            if not found:
+                raise ConfigError(f"{p} is not a `ccddp train --json` or `ccddp characterize` "
+                                  f"result (schema {TRAIN_SCHEMA} or {CHARACTERIZE_SCHEMA})")
+            runs += found
+    if not runs:
+        raise ConfigError("no measured training results found in " + ", ".join(map(str, paths)))
+    return runs
+
+
+def settings_of(run: dict) -> dict[str, Any]:
+    """The workload settings a run used (its ``shapes`` minus derived facts)."""
+    return {k: v for k, v in run.get("shapes", {}).items() if k not in _NOT_SETTINGS}
+
+
+def run_key(run: dict) -> tuple:
+    """Runs with equal keys differ only in CC mode and schedule."""
+    return (run["workload"], run.get("size", "default"), int(run["world_size"]),
+            json.dumps(settings_of(run), sort_keys=True), run.get("bucket_cap_mb"))
+
+
+def _on_key(run: dict) -> tuple:
+    """CC-on runs pooled together ran the same schedule with the same settings."""
+    st = run.get("settings", {})
+    return (run.get("schedule"),) + tuple(st.get(k) for k in ("segment_bytes", "chains", "tag",
+                                                               "allgather", "algorithm"))
+
+
+def pair_runs(runs: list[dict]) -> list[tuple[list[dict], list[dict]]]:
+    """(CC-off runs, CC-on runs) per workload/shapes/world size and CC-on schedule. Repeated
+    runs of one configuration are pooled: their measured iterations count together, which
+    averages out a machine that other work disturbs now and then."""
+    offs: dict[tuple, list[dict]] = {}
+    ons: dict[tuple, list[dict]] = {}
+    for r in runs:
+        if r.get("cc") == "off":
+            offs.setdefault(run_key(r), []).append(r)
+        elif r.get("cc") == "on":
+            ons.setdefault((run_key(r), _on_key(r)), []).append(r)
+    pairs = [(offs[key], group) for (key, _), group in ons.items() if key in offs]
+    if not pairs:
+        raise ConfigError("no CC-on run has a CC-off run of the same workload, shapes and "
+                          "world size to take compute times from")
+    return pairs
+
+
+def _many(runs) -> list[dict]:
+    return runs if isinstance(runs, list) else [runs]
+
+
+def pooled_steps(runs) -> list[dict]:
+    """The measured iterations of one or more runs of a configuration."""
+    return [it for r in _many(runs) for it in measured_steps(r)]
+
+
+def measured_ms(runs, phase: str = "total_ms") -> float:
+    """Median of a phase over the pooled measured iterations (``ccddp train``'s summary
+    for a single run)."""
+    import statistics
+
+    return statistics.median(it[phase] for it in pooled_steps(runs))
+
+
+# -- the model's inputs ------------------------------------------------------------------
+
+def _workload(run: dict):
+    from ccddp.workloads import get_workload
+
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in settings_of(run).items()}
+    return get_workload(run["workload"], size=run.get("size", "default"), **settings)
+
+
+def bucket_bytes(run: dict) -> list[int]:
+    """DDP's buckets for the run's model, in the order DDP rebuilds them after iteration
+    0 (the measured iterations); checked against the all-reduces the run counted."""
+    from ccddp.workloads import bucket_plan
+
+    wl = _workload(run)
+    calls = run.get("allreduce_calls_per_iteration")
+    plan = None
+    for order in ("ready", "reverse"):
+        try:
+            plan = bucket_plan(wl, bucket_cap_mb=run.get("bucket_cap_mb"), order=order)
+        except Exception:  # tracing the ready order needs a meta-device backward
+            continue
+        if calls is None or plan.num_buckets == calls:
+            return list(plan.bucket_bytes)
+    if plan is None:
+        raise ConfigError(f"cannot build the bucket plan of {run['workload']}")
+    raise ConfigError(f"{run.get('source', run['workload'])}: the run made {calls} all-reduces "
+                      f"per iteration, DDP's bucket plan has {plan.num_buckets}")
+
+
+def input_bytes(run: dict) -> int:
+    """Bytes of one rank's batch (what the bounce path seals)."""
+    batch = _workload(run).make_batch(0, 0, int(run["world_size"]))
+    return int(sum(t.numel() * t.element_size() for t in batch.values()))
+
+
+def measured_steps(run: dict) -> list[dict]:
+    """The measured (not warm-up) iterations of a run; its summary medians if the file
+    holds no iterations."""
+    its = [it for it in run.get("iterations", []) if not it.get("warmup")]
+    return its or [run["summary"]]
+
+
+def workload_from_run(run: dict, hw, *, step: dict | None = None,
+                      buckets: list[int] | None = None, nbytes: int | None = None):
+    """The model's :class:`~ccddp.sim.WorkloadProfile` from a measured CC-OFF run: its
+    summary medians, or one measured iteration ``step`` (an entry of ``iterations``).
+
+    A CC-on run is refused: its phases hold the very cost the model is to predict.
+    ``buckets``/``nbytes`` skip rebuilding the model (tests, repeated calls).
+    """
+    from dataclasses import replace
+
+    from ccddp.sim import Schedule, WorkloadProfile, run_iteration
+
+    if run.get("cc") != "off":
+        raise ConfigError(f"{run.get('source', run.get('workload'))} is a CC-{run.get('cc')} "
+                          "run: compute times come from CC-off runs only (a CC-on run holds "
+                          "the cost being predicted)")
+    s = step if step is not None else run["summary"]
+    n = int(run["world_size"])
+    wl = WorkloadProfile(
+        run["workload"], bucket_bytes=buckets if buckets is not None else bucket_bytes(run),
+        forward_ms=s["forward_ms"], backward_ms=s["backward_ms"],
+        optimizer_ms=s["optimizer_ms"], data_ms=s["data_ms"],
+        input_bytes=float(nbytes if nbytes is not None else input_bytes(run)),
+        measured_ranks=n)
+    target = s["backward_ms"]
+
+    def model_bwd(b: float) -> float:
+        ph = run_iteration(hw, replace(wl, backward_ms=b), Schedule(), n, cc=False).phases
+        return ph["backward"] + ph["contention"]
+
+    # bwd + contention(bwd) rises with bwd: bisect for the compute-only backward.
+    lo, hi = 0.0, target
+    if n > 1 and model_bwd(hi) > target:
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if model_bwd(mid) < target else (lo, mid)
+        wl = replace(wl, backward_ms=(lo + hi) / 2)
+    return wl
+
+
+def workloads_from_run(runs, hw) -> list:
+    """One workload profile per measured iteration of a CC-off run, or of several runs of
+    one configuration (same buckets and batch bytes, each iteration's phases)."""
+    runs = _many(runs)
+    for r in runs:
+        if r.get("cc") != "off":
+            workload_from_run(r, hw)          # raises the refusal
+    buckets, nbytes = bucket_bytes(runs[0]), input_bytes(runs[0])
+    return [workload_from_run(r, hw, step=it, buckets=buckets, nbytes=nbytes)
+            for r in runs for it in measured_steps(r)]
+
+
+def schedule_from_run(run: dict):
+    """The sim :class:`~ccddp.sim.Schedule` a CC-on run used."""
+    from ccddp.sim import Schedule
+
+    sched = run.get("schedule")
+    if sched not in SIM_SCHEDULES:
+        raise ConfigError(f"{run.get('source')}: unknown schedule {sched!r}")
+    st = run.get("settings", {})
+    chains = int(st.get("chains") or 0)
+    if chains == 0:
+        # ccddp.comm's automatic chains: the node's cores shared by its local ranks.
+        cores = int(run.get("machine", {}).get("cores") or os.cpu_count() or 1)
+        chains = max(1, cores // int(run["world_size"]))
+    name = SIM_SCHEDULES[sched]
+    if name == "pipelined" and st.get("allgather") == "group-key":
+        name = "group-key-allgather"
+    return Schedule(name, algorithm=st.get("algorithm", "ring"),
+                    segment_bytes=int(st.get("segment_bytes", 4 << 20)), chains=chains,
+                    tag=st.get("tag", "segment"))
+
+
+# -- the comparison ----------------------------------------------------------------------
+
+def compare(hw, off, on, *, wls: list | None = None) -> dict:
+    """One validation row: measured CC-off / CC-on (a run each, or lists of repeated runs
+    of one configuration) against the model's prediction.
+
+    The model predicts each measured CC-off iteration (its own batch, its own compute
+    times) with CC off and with CC on; the predicted per-iteration times are the medians
+    of those, as the measured ones are medians of the runs' iterations (a median of
+    sums, not a sum of medians). ``wls``: the workload profiles per iteration, if
+    already built (:func:`workloads_from_run`).
+    """
+    import statistics
+
+    from ccddp.sim import predict
+
+    offs, ons = _many(off), _many(on)
+    keys = {run_key(r) for r in offs + ons}
+    if len(keys) != 1 or any(r.get("cc") != "off" for r in offs) \
+            or len({_on_key(r) for r in ons}) != 1:
+        raise ConfigError("compare needs CC-off and CC-on runs of the same workload, "
+                          "shapes and world size (and one CC-on schedule)")
+    off, on = offs[0], ons[0]
+    wls = wls if wls is not None else workloads_from_run(offs, hw)
+    n = int(on["world_size"])
+    sched = schedule_from_run(on)
+    preds = [predict(hw, wl, sched, n) for wl in wls]
+    med = statistics.median
+    m_off, m_on = measured_ms(offs), measured_ms(ons)
+    p_off = med(p["cc_off_ms"] for p in preds)
+    p_on = med(p["cc_on_ms"] for p in preds)
+    m_ratio, p_ratio = m_on / m_off, p_on / p_off
+    err, rerr = p_on / m_on - 1, p_ratio / m_ratio - 1
+    phases = ("data_ms", "bounce_ms", "forward_ms", "backward_ms", "exposed_comm_ms",
+              "optimizer_ms")
+    pred_on = [_as_measured(p["phases"]) for p in preds]
+    pred_off = [_as_measured(p["phases_cc_off"]) for p in preds]
+    wl = wls[0]
+    return {
+        "workload": on["workload"], "world_size": n, "schedule": on["schedule"],
+        "shapes": settings_of(on), "segment_bytes": sched.segment_bytes,
+        "chains": sched.chains, "buckets": wl.num_buckets, "gradient_bytes": wl.total_bytes,
+        "runs_cc_off": len(offs), "runs_cc_on": len(ons),
+        "iterations_modelled": len(wls),
+        "iterations_measured_cc_on": len(pooled_steps(ons)),
+        "measured_cc_off_ms": m_off, "measured_cc_on_ms": m_on,
+        "predicted_cc_off_ms": p_off, "predicted_cc_on_ms": p_on,
+        "cc_off_error": p_off / m_off - 1, "cc_on_error": err,
+        "measured_ratio": m_ratio, "predicted_ratio": p_ratio, "ratio_error": rerr,
+        "pass_time": abs(err) <= TIME_TOLERANCE, "pass_ratio": abs(rerr) <= RATIO_TOLERANCE,
+        "pass": abs(err) <= TIME_TOLERANCE and abs(rerr) <= RATIO_TOLERANCE,
+        "measured_phases_cc_off": {k: measured_ms(offs, k) for k in phases},
+        "measured_phases_cc_on": {k: measured_ms(ons, k) for k in phases},
+        # The model's iterations in the measured phases' terms (medians per phase).
+        "predicted_phases_cc_off": {k: med(p[k] for p in pred_off) for k in phases},
+        "predicted_phases_cc_on": {k: med(p[k] for p in pred_on) for k in phases},
+        "predicted_breakdown_cc_on": {k: med(p["breakdown"][k] for p in preds)
+                                      for k in preds[0]["breakdown"]},
+        "compute_source": [r.get("source", "cc-off run") for r in offs],
+        "predicted_source": [r.get("source", "cc-on run") for r in ons],
+    }
+
+
+def _as_measured(ph: dict) -> dict:
+    """The model's phases in ``ccddp train``'s terms: its backward ends when the last
+    bucket is handed over, so it includes the contention."""
+    return {"data_ms": ph["data"], "bounce_ms": ph["input"] + ph["bounce"],
+            "forward_ms": ph["forward"], "backward_ms": ph["backward"] + ph["contention"],
+            "exposed_comm_ms": ph["exposed"], "optimizer_ms": ph["optimizer"]}
+
+
+def validate(hw, runs: list[dict]) -> list[dict]:
+    """Rows for every CC-on run with a CC-off partner, sorted by workload, world size and
+    schedule."""
+    rows, cache = [], {}
+    for offs, ons in pair_runs(runs):
+        key = run_key(offs[0])
+        if key not in cache:
+            cache[key] = workloads_from_run(offs, hw)
+        rows.append(compare(hw, offs, ons, wls=cache[key]))
+    rows.sort(key=lambda r: (r["workload"], r["world_size"], r["schedule"]))
+    return rows
+
+
+def verdict(rows: list[dict], *, schedule: str = "pipelined") -> dict:
+    """Issue #5's acceptance: at least three workloads that pass at world sizes 2 and 4
+    (on ``schedule``)."""
+    by_wl: dict[str, dict[int, bool]] = {}
+    for r in rows:
+        if r["schedule"] == schedule:
+            by_wl.setdefault(r["workload"], {})[r["world_size"]] = r["pass"]
+    good = sorted(w for w, ws in by_wl.items() if ws.get(2) and ws.get(4))
+    return {"schedule": schedule, "workloads_passing_ws2_and_ws4": good,
+            "accepted": len(good) >= 3,
+            "rows_passing": sum(r["pass"] for r in rows), "rows": len(rows)}
+
+
+__all__ = ["load_runs", "pair_runs", "run_key", "workload_from_run", "workloads_from_run",
+           "measured_steps", "pooled_steps", "measured_ms", "schedule_from_run",
+           "compare", "validate", "verdict", "TIME_TOLERANCE", "RATIO_TOLERANCE"]

@@ -1,0 +1,100 @@
+"""``ccddp calibrate``: measure this machine with micro-benchmarks and write a hardware
+profile (the ``local`` profile of the performance model) that any ``--profile`` takes.
+
+Only micro-benchmarks run (crypto rates and per-call cost, gloo P2P latency and
+bandwidth, reduction, copy, optimizer and matmul rates, the pipelined engine's
+per-message cost); training runs never feed the profile, so ``ccddp validate`` can test
+the model against them honestly.
+
+Example::
+
+    ccddp calibrate --out local.toml --json calibrate.json
+    ccddp simulate --profile local.toml --workload resnet50 --gpus 2,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from ccddp.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="micro-benchmark this machine and write a hardware profile (TOML)",
+        description="Run micro-benchmarks on this machine (crypto, P2P, reduction, copy, "
+                    "optimizer, compute, engine overhead) and write a complete hardware "
+                    "profile for the performance model.")
+    p.add_argument("--out", required=True, metavar="PATH", help="profile to write (.toml)")
+    p.add_argument("--world-size", type=int, default=2,
+                   help="local ranks for the P2P micro-benchmarks (default: 2)")
+    p.add_argument("--name", default="local", help="profile name (default: local)")
+    p.add_argument("--fast", action="store_true",
+                   help="fewer sizes and repetitions (seconds, less accurate; for tests)")
+    p.add_argument("--json", metavar="PATH",
+                   help="also write every measurement and the model checks as JSON")
+    p.set_defaults(func=run)
+
+
+def _finite(x):
+    """JSON has no infinity: write it as a string."""
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ccddp.bench.calibrate import calibrate
+    from ccddp.sim.profile import write_profile
+
+    if not str(args.out).endswith(".toml"):
+        raise ConfigError(f"--out must name a .toml file, got {args.out!r}")
+    err = Console(stderr=True)
+    with err.status("calibrating") as status:
+        result = calibrate(args.world_size, fast=args.fast, name=args.name,
+                           progress=lambda m: status.update(f"calibrating: {m}"))
+    try:
+        write_profile(result["profile"], args.out, notes=result["notes"],
+                      header=result["header"])
+    except OSError as e:
+        raise ConfigError(f"cannot write {args.out}: {e.strerror}") from None
+    p = result["profile"]
+    t = Table(title=f"ccddp calibrate: {args.world_size} local ranks, "
+                    f"{result['seconds']:.0f} s", title_justify="left")
+    t.add_column("field")
+    t.add_column("value", justify="right")
+    for key, unit in (("enc_gbps", "GB/s"), ("dec_gbps", "GB/s"), ("crypto_op_us", "us"),
+                      ("link_gbps", "GB/s"), ("link_latency_us", "us"),
+                      ("reduce_gbps", "GB/s"), ("segment_overhead_us", "us"),
+                      ("pcie_gbps", "GB/s"), ("optimizer_gbps", "GB/s"),
+                      ("compute_tflops", "TFLOP/s"), ("host_cores", "")):
+        t.add_row(key, f"{p[key]:g} {unit}".strip())
+    Console(width=120).print(t)
+    c = Table(title="model check: measured all-reduces vs the calibrated model "
+                    "(not fitted)", title_justify="left")
+    for col in ("impl", "bytes", "measured ms", "model ms", "error", "measured CPU ms",
+                "model CPU ms"):
+        c.add_column(col, justify="left" if col == "impl" else "right")
+    for row in result["checks"]:
+        c.add_row(row["impl"], str(row["bytes"]), f"{row['measured_ms']:.1f}",
+                  f"{row['model_ms']:.1f}", f"{row['error']:+.0%}",
+                  f"{row['measured_cpu_ms']:.1f}", f"{row['model_cpu_ms']:.1f}")
+    Console(width=120).print(c)
+    print(f"wrote {args.out}")
+    if args.json:
+        try:
+            with open(args.json, "w") as f:
+                json.dump(_finite(result), f, indent=2)
+        except OSError as e:
+            raise ConfigError(f"cannot write {args.json}: {e.strerror}") from None
+        print(f"wrote {args.json}")
+    return 0

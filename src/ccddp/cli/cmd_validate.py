@@ -1,0 +1,109 @@
+"""``ccddp validate``: the performance model against this machine's measured runs.
+
+For every measured CC-on run (``ccddp train --json``, or ``ccddp characterize``'s
+results.json) that has a CC-off run of the same workload, shapes and world size, the
+model predicts the CC-on iteration from the hardware profile (``ccddp calibrate``) and
+compute times of the CC-off run only, and the table says whether the prediction is within
+20 % of the measured CC-on time and the predicted CC-on/CC-off ratio within 10 % of the
+measured one (issue #5).
+
+Example::
+
+    ccddp calibrate --out local.toml
+    ccddp train --workload resnet50 --batch-size 2 --image-size 112 --cc off --json runs/off.json
+    ccddp train --workload resnet50 --batch-size 2 --image-size 112 --cc on --json runs/on.json
+    ccddp validate --profile local.toml --measured runs/ --json validation.json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate", help="compare the model's CC-on predictions with measured training runs",
+        description="Predict measured CC-on training runs from a hardware profile and the "
+                    "CC-off runs' compute times; report the errors against issue #5's "
+                    "20 % (time) / 10 % (CC-on/CC-off ratio) targets.")
+    p.add_argument("--profile", default="local",
+                   help="hardware profile: built-in name or TOML path from `ccddp calibrate` "
+                        "(default: local)")
+    p.add_argument("--measured", nargs="+", required=True, metavar="PATH",
+                   help="`ccddp train --json` files, characterize results.json, or "
+                        "directories holding them")
+    p.add_argument("--json", metavar="PATH", help="write the rows and the verdict as JSON")
+    p.add_argument("--markdown", metavar="PATH",
+                   help="write the table as markdown (e.g. for BENCHMARKS.md)")
+    p.set_defaults(func=run)
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1%}"
+
+
+def table(rows: list[dict], title: str):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in ("workload", "n", "schedule", "meas. off ms", "meas. on ms", "pred. on ms",
+                "error", "meas. ratio", "pred. ratio", "ratio error", "pass"):
+        t.add_column(col, justify="left" if col in ("workload", "schedule", "pass") else "right")
+    for r in rows:
+        t.add_row(r["workload"], str(r["world_size"]), r["schedule"],
+                  f"{r['measured_cc_off_ms']:.0f}", f"{r['measured_cc_on_ms']:.0f}",
+                  f"{r['predicted_cc_on_ms']:.0f}", _pct(r["cc_on_error"]),
+                  f"{r['measured_ratio']:.3f}", f"{r['predicted_ratio']:.3f}",
+                  _pct(r["ratio_error"]),
+                  "yes" if r["pass"] else ("no (time)" if not r["pass_time"] else "no (ratio)"))
+    return t
+
+
+def markdown(rows: list[dict]) -> str:
+    """The validation table as GitHub markdown."""
+    head = ("| workload | n | schedule | measured CC-off ms | measured CC-on ms | predicted "
+            "CC-on ms | error | measured ratio | predicted ratio | ratio error | pass |")
+    out = [head, "|" + "---|" * 11]
+    for r in rows:
+        verdict = "yes" if r["pass"] else ("no (time)" if not r["pass_time"] else "no (ratio)")
+        out.append(f"| {r['workload']} | {r['world_size']} | {r['schedule']} | "
+                   f"{r['measured_cc_off_ms']:.0f} | {r['measured_cc_on_ms']:.0f} | "
+                   f"{r['predicted_cc_on_ms']:.0f} | {_pct(r['cc_on_error'])} | "
+                   f"{r['measured_ratio']:.3f} | {r['predicted_ratio']:.3f} | "
+                   f"{_pct(r['ratio_error'])} | {verdict} |")
+    return "\n".join(out) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccddp.bench.validate import (RATIO_TOLERANCE, SCHEMA, TIME_TOLERANCE, load_runs,
+                                      validate, verdict)
+    from ccddp.cli.cmd_simulate import console, write_json
+    from ccddp.sim import load_profile
+
+    hw = load_profile(args.profile)
+    runs = load_runs(args.measured)
+    rows = validate(hw, runs)
+    v = verdict(rows)
+    console().print(table(rows, f"ccddp validate: profile {hw.name} ({hw.source}); targets: "
+                                f"CC-on time within {TIME_TOLERANCE:.0%}, ratio within "
+                                f"{RATIO_TOLERANCE:.0%}"))
+    print(f"{v['rows_passing']}/{v['rows']} rows pass; workloads passing at world sizes 2 and "
+          f"4 ({v['schedule']}): {', '.join(v['workloads_passing_ws2_and_ws4']) or 'none'} -> "
+          f"{'ACCEPTED' if v['accepted'] else 'NOT accepted'} (needs 3)")
+    if args.json:
+        from ccddp.cli.cmd_calibrate import _finite
+
+        write_json(args.json, _finite({"schema": SCHEMA,
+                                       "profile": hw.as_dict() | {"source": hw.source},
+                                       "verdict": v, "rows": rows}))
+        print(f"wrote {args.json}")
+    if args.markdown:
+        from ccddp.errors import ConfigError
+
+        try:
+            with open(args.markdown, "w", encoding="utf-8") as f:
+                f.write(markdown(rows))
+        except OSError as e:
+            raise ConfigError(f"cannot write {args.markdown}: {e.strerror}") from None
+        print(f"wrote {args.markdown}")
+    return 0

@@ -1,0 +1,132 @@
+"""`ccddp calibrate`: micro-benchmarks only, a complete and valid profile, every field's
+origin (MEASURED / DEFAULT) written beside it; the fits it relies on recover known values."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+
+import pytest
+
+from ccddp.bench.calibrate import build_profile, fit_line, fit_segment_overhead, model_checks
+from ccddp.cli import main
+from ccddp.errors import ConfigError
+from ccddp.sim import FIELDS, load_profile, validate_profile, write_profile
+
+MIB = 1 << 20
+
+
+def fake_measurements(world_size: int = 2) -> tuple[dict, dict]:
+    """What calibrate's micro-benchmarks return, with round numbers."""
+    crypto = {"rows": [{"bytes": b, "seal_s": 10e-6 + b / 3e9, "open_s": 10e-6 + b / 3e9}
+                       for b in (4096, 65536, MIB)],
+              "seal_fixed_us": 10.0, "open_fixed_us": 12.0, "seal_gbps": 3.0, "open_gbps": 3.2}
+    local = {"crypto": crypto,
+             "crypto_threads": {"bytes": MIB, "threads": 2, "one_thread_gbps": 3.0,
+                                "all_threads_gbps": 5.8, "scaling": 1.93},
+             "torch": {"reduce_gbps": 8.0, "memcpy_gbps": 1.5, "sgd_gbps": 7.0,
+                       "matmul_tflops": 0.07, "xor_gbps": 9.0}}
+    stream = [{"bytes": b, "s": 100e-6 + b / 0.6e9, "cpu_s": b / 1.2e9}
+              for b in (256 << 10, MIB, 4 * MIB)]
+    p2p = {"world_size": world_size, "rtt_us": 200.0, "stream": stream,
+           "tiny": {"bytes": world_size * 64 * 4096, "segment_bytes": 4096, "chains": 1,
+                    "seg_hops": 2 * (world_size - 1) * 64, "secure_s": 0.05,
+                    "secure_cpu_s": 0.03, "ring_s": 0.02, "ring_cpu_s": 0.01},
+           "allreduce": [{"impl": i, "bytes": 4 * MIB, "segment_bytes": 4 * MIB, "chains": 1,
+                          "s": 0.01} for i in ("gloo", "ring", "secure-naive", "secure")]}
+    return local, p2p
+
+
+def test_fit_line_recovers_intercept_and_slope():
+    xs = [1e3, 1e4, 1e5, 1e6]
+    a, b = fit_line(xs, [5e-6 + x / 2e9 for x in xs])
+    assert a == pytest.approx(5e-6, rel=1e-6) and b == pytest.approx(1 / 2e9, rel=1e-6)
+    assert fit_line([1, 2], [0.5, 1.5])[0] == 0.0          # a negative intercept is clipped
+
+
+def test_build_profile_is_complete_and_marks_every_field():
+    local, p2p = fake_measurements()
+    d, notes, header = build_profile(local, p2p)
+    hw = validate_profile(d)
+    assert set(notes) == {f.name for f in FIELDS} - {"name", "description"}
+    assert all(n.startswith(("MEASURED", "DEFAULT")) for n in notes.values())
+    assert hw.enc_gbps == 3.0 and hw.dec_gbps == 3.2 and hw.crypto_op_us == 11.0
+    assert hw.link_gbps == pytest.approx(0.6, rel=1e-3)
+    assert hw.link_latency_us == 100.0 and hw.reduce_gbps == 8.0 and math.isinf(hw.mac_gbps)
+    assert hw.link_cpu_gbps == pytest.approx(1.2, rel=1e-3)
+    assert hw.host_cores >= 1 and hw.mac_chains >= 1 and hw.overlap_efficiency == 0.0
+    assert any("never from training runs" in h for h in header)
+
+
+def test_link_rate_measured_on_more_ranks_than_cores_is_uncontended():
+    """At 4 ranks on 2 cores the model slows the link 2x itself; calibrate undoes that."""
+    local, p2p = fake_measurements(world_size=4)
+    d, _, _ = build_profile(local, p2p)
+    import os
+    factor = max(1.0, 4 / (os.cpu_count() or 1))
+    assert d["link_gbps"] == pytest.approx(0.6 * factor, rel=1e-3)
+
+
+def test_segment_overhead_fit_reproduces_the_micro_benchmark():
+    from ccddp.sim.collective import secure_allreduce
+    from ccddp.sim.rates import Rates
+    from ccddp.sim.schedule import Schedule
+
+    local, p2p = fake_measurements()
+    d, _, _ = build_profile(local, p2p)
+    truth = validate_profile({**d, "segment_overhead_us": 250.0})
+    tiny = dict(p2p["tiny"])
+    sched = Schedule("pipelined", segment_bytes=tiny["segment_bytes"], chains=tiny["chains"])
+    cost = secure_allreduce(Rates.resolve(truth, sched, 2, True), sched, 2, tiny["bytes"])
+    tiny["secure_s"], tiny["secure_cpu_s"] = cost.ms / 1e3, cost.busy_ms / 1e3
+    hw = validate_profile(d)
+    if hw.host_cores >= 2:          # the model's busy time is core time at 2 ranks
+        assert fit_segment_overhead(hw, tiny, 2) == pytest.approx(250.0, abs=0.1)
+    assert fit_segment_overhead(hw, tiny, 2, quantity="wall") == pytest.approx(250.0, abs=0.1)
+    tiny["secure_s"] = tiny["secure_cpu_s"] = 1e-9     # faster than the model can be
+    assert fit_segment_overhead(hw, tiny, 2) == 0.0
+    assert fit_segment_overhead(hw, tiny, 2, quantity="wall") == 0.0
+    rows = model_checks(truth, p2p)
+    assert [r["impl"] for r in rows] == ["gloo", "ring", "secure-naive", "secure"]
+    assert all(r["model_ms"] > 0 and r["measured_ms"] == 10.0 for r in rows)
+
+
+def test_write_profile_notes_and_header(tmp_path):
+    d = load_profile("local").as_dict()
+    out = write_profile(d, tmp_path / "p.toml", notes={"enc_gbps": "MEASURED: here"},
+                        header=["calibrated today"])
+    text = out.read_text()
+    assert "# calibrated today" in text
+    assert re.search(r"# MEASURED: here\nenc_gbps = ", text)
+    assert load_profile(out) == load_profile("local")
+    with pytest.raises(ConfigError, match="unknown profile field 'nope'"):
+        write_profile(d, tmp_path / "q.toml", notes={"nope": "x"})
+
+
+def test_calibrate_fast_writes_a_profile_load_profile_accepts(tmp_path, capsys):
+    out, js = tmp_path / "local.toml", tmp_path / "cal.json"
+    t0 = time.perf_counter()
+    assert main(["calibrate", "--fast", "--out", str(out), "--json", str(js)]) == 0
+    assert time.perf_counter() - t0 < 60
+    hw = load_profile(str(out))
+    assert hw.name == "local" and hw.host_cores >= 1
+    assert hw.enc_gbps > 0 and hw.link_gbps > 0 and hw.reduce_gbps > 0
+    text = out.read_text()
+    for f in FIELDS:
+        if f.name not in ("name", "description"):
+            # each field's value line is directly preceded by where it came from
+            assert re.search(rf"# (MEASURED|DEFAULT)[^\n]*(\n#   [^\n]*)*\n{f.name} = ", text), f.name
+    data = json.loads(js.read_text())
+    assert data["schema"] == "ccddp.calibrate/1" and data["fast"] is True
+    assert data["profile"]["mac_gbps"] == "inf"
+    assert {r["impl"] for r in data["checks"]} == {"gloo", "ring", "secure-naive", "secure"}
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_calibrate_user_errors(tmp_path, capsys):
+    assert main(["calibrate", "--out", str(tmp_path / "x.txt")]) == 2
+    assert main(["calibrate", "--out", str(tmp_path / "x.toml"), "--world-size", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "ccddp: error:" in err and "Traceback" not in err

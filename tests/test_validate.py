@@ -1,0 +1,211 @@
+"""`ccddp validate`: pairs CC-off/CC-on runs, takes compute only from the CC-off run,
+predicts with the run's own schedule, and computes errors and the verdict correctly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ccddp.bench.validate as V
+from ccddp.cli import main
+from ccddp.errors import ConfigError
+from ccddp.sim import Schedule, load_profile, predict
+
+MIB = 1 << 20
+BUCKETS = [MIB, 25 * MIB, 20 * MIB]
+HW = load_profile("local")
+
+
+def step(i: int, total: float = 1000.0, warmup: bool = False, **phases) -> dict:
+    """One entry of a run's ``iterations``."""
+    d = {"step": i, "warmup": warmup, "total_ms": total, "data_ms": 2.0, "bounce_ms": 0.5,
+         "forward_ms": 200.0, "backward_ms": 400.0, "exposed_comm_ms": 50.0,
+         "optimizer_ms": 30.0}
+    d.update(phases)
+    return d
+
+
+def run(cc: str, n: int = 2, total: float = 1000.0, schedule: str | None = "pipelined",
+        workload: str = "resnet50", **shape) -> dict:
+    s = {"data_ms": 2.0, "bounce_ms": 0.5, "forward_ms": 200.0, "backward_ms": 400.0,
+         "exposed_comm_ms": 50.0, "optimizer_ms": 30.0, "total_ms": total,
+         "crypto_busy_ms": 0.0}
+    return {"schema": "ccddp.train/1", "workload": workload, "size": "default",
+            "shapes": {"workload": workload, "batch_size": 2, "image_size": 112,
+                       "num_params": 1, **shape},
+            "world_size": n, "cc": cc, "schedule": schedule if cc == "on" else None,
+            "settings": {"impl": "secure" if cc == "on" else "gloo", "segment_bytes": 4 * MIB,
+                         "chains": 0, "tag": "segment", "algorithm": "ring",
+                         "allgather": "per-link"},
+            "bucket_cap_mb": None, "machine": {"cores": 2}, "summary": s,
+            "allreduce_calls_per_iteration": len(BUCKETS)}
+
+
+@pytest.fixture(autouse=True)
+def no_torch_models(monkeypatch):
+    """Synthetic runs: skip building real models for bucket plans and batches."""
+    monkeypatch.setattr(V, "bucket_bytes", lambda r: list(BUCKETS))
+    monkeypatch.setattr(V, "input_bytes", lambda r: 100_000)
+
+
+def test_cc_on_run_is_refused_as_compute_source():
+    with pytest.raises(ConfigError, match="CC-off runs only"):
+        V.workload_from_run(run("on"), HW)
+    wl = V.workload_from_run(run("off"), HW)
+    assert wl.forward_ms == 200.0 and wl.optimizer_ms == 30.0 and wl.data_ms == 2.0
+    assert wl.bucket_bytes == tuple(BUCKETS) and wl.measured_ranks == 2
+    assert wl.input_bytes == 100_000
+
+
+def test_backward_is_compute_without_the_models_cc_off_contention():
+    from ccddp.sim import run_iteration
+
+    off = run("off")
+    wl = V.workload_from_run(off, HW)
+    assert wl.backward_ms <= 400.0
+    ph = run_iteration(HW, wl, Schedule(), 2, cc=False).phases
+    assert ph["backward"] + ph["contention"] == pytest.approx(400.0, rel=1e-6)
+
+
+def test_errors_and_ratios_are_computed_from_the_prediction():
+    off, on = run("off", total=700.0), run("on", total=1000.0)
+    row = V.compare(HW, off, on)
+    wl = V.workload_from_run(off, HW)
+    expect = predict(HW, wl, Schedule("pipelined", segment_bytes=4 * MIB, chains=1), 2)
+    assert row["predicted_cc_on_ms"] == pytest.approx(expect["cc_on_ms"])
+    assert row["predicted_cc_off_ms"] == pytest.approx(expect["cc_off_ms"])
+    assert row["cc_on_error"] == pytest.approx(expect["cc_on_ms"] / 1000.0 - 1)
+    assert row["measured_ratio"] == pytest.approx(1000 / 700)
+    assert row["predicted_ratio"] == pytest.approx(expect["cc_on_ms"] / expect["cc_off_ms"])
+    assert row["ratio_error"] == pytest.approx(row["predicted_ratio"] / (1000 / 700) - 1)
+    assert row["pass"] == (abs(row["cc_on_error"]) <= 0.2 and abs(row["ratio_error"]) <= 0.1)
+    # A measurement equal to the prediction passes with zero error.
+    exact = run("on", total=expect["cc_on_ms"])
+    off_exact = run("off", total=expect["cc_off_ms"])
+    r2 = V.compare(HW, off_exact, exact)
+    assert r2["cc_on_error"] == pytest.approx(0, abs=1e-12)
+    assert r2["ratio_error"] == pytest.approx(0, abs=1e-12) and r2["pass"]
+    # 25 % too slow fails on time.
+    r3 = V.compare(HW, off_exact, run("on", total=expect["cc_on_ms"] / 1.25))
+    assert r3["cc_on_error"] == pytest.approx(0.25) and not r3["pass_time"]
+
+
+def test_each_measured_iteration_is_predicted_and_the_medians_compared():
+    off, on = run("off"), run("on")
+    off["iterations"] = [step(0, warmup=True, forward_ms=999, backward_ms=999)] + [
+        step(i + 1, forward_ms=f, backward_ms=2 * f) for i, f in enumerate((100, 300, 200))]
+    wls = V.workloads_from_run(off, HW)
+    assert [w.forward_ms for w in wls] == [100, 300, 200]        # warm-up left out
+    row = V.compare(HW, off, on)
+    sched = V.schedule_from_run(on)
+    mid = predict(HW, wls[2], sched, 2)                          # forward 200: the median
+    assert row["iterations_modelled"] == 3
+    assert row["predicted_cc_on_ms"] == pytest.approx(mid["cc_on_ms"])
+    assert row["predicted_cc_off_ms"] == pytest.approx(mid["cc_off_ms"])
+    with pytest.raises(ConfigError, match="CC-off runs only"):
+        V.workloads_from_run(on, HW)
+
+
+def test_schedule_follows_the_run():
+    naive = V.schedule_from_run(run("on", schedule="naive"))
+    assert naive.schedule == "naive"
+    pipe = V.schedule_from_run(run("on", n=4))
+    assert pipe.schedule == "pipelined" and pipe.chains == 1 and pipe.segment_bytes == 4 * MIB
+    r = run("on")
+    r["settings"]["chains"] = 3
+    assert V.schedule_from_run(r).chains == 3
+    r["settings"]["allgather"] = "group-key"
+    assert V.schedule_from_run(r).schedule == "group-key-allgather"
+    with pytest.raises(ConfigError, match="unknown schedule"):
+        V.schedule_from_run(run("on", schedule="fancy"))
+
+
+def test_pairing_needs_same_workload_shapes_and_world_size():
+    runs = [run("off"), run("on"), run("on", schedule="naive"), run("on", n=4),
+            run("on", image_size=64), run("off", n=4, total=2000)]
+    pairs = V.pair_runs(runs)
+    assert len(pairs) == 3          # n=2 pipelined, n=2 naive, n=4
+    assert all(V.run_key(a) == V.run_key(b) for offs, ons in pairs for a in offs for b in ons)
+    with pytest.raises(ConfigError, match="no CC-on run has a CC-off run"):
+        V.pair_runs([run("on"), run("off", image_size=64)])
+    with pytest.raises(ConfigError, match="same workload"):
+        V.compare(HW, run("off", n=4), run("on"))
+    with pytest.raises(ConfigError, match="same workload"):
+        V.compare(HW, run("off"), [run("on"), run("on", schedule="naive")])
+
+
+def test_repeated_runs_are_pooled():
+    def with_steps(r, totals):
+        r["iterations"] = [step(i, t) for i, t in enumerate(totals)]
+        return r
+    runs = [with_steps(run("off"), [700, 710]), with_steps(run("off"), [900]),
+            with_steps(run("on"), [1000, 1300]), with_steps(run("on"), [1100, 1200, 1250])]
+    [(offs, ons)] = V.pair_runs(runs)
+    assert len(offs) == 2 and len(ons) == 2
+    row = V.compare(HW, offs, ons)
+    assert row["measured_cc_off_ms"] == 710 and row["measured_cc_on_ms"] == 1200
+    assert row["iterations_modelled"] == 3 and row["runs_cc_on"] == 2
+
+
+def test_verdict_needs_three_workloads_at_both_world_sizes():
+    def row(w, n, ok):
+        return {"workload": w, "world_size": n, "schedule": "pipelined", "pass": ok}
+    rows = [row(w, n, True) for w in ("a", "b", "c") for n in (2, 4)]
+    assert V.verdict(rows)["accepted"]
+    rows[-1]["pass"] = False
+    v = V.verdict(rows)
+    assert not v["accepted"] and v["workloads_passing_ws2_and_ws4"] == ["a", "b"]
+
+
+def test_load_runs_from_files_dirs_and_characterize(tmp_path):
+    d = tmp_path / "runs"
+    d.mkdir()
+    (d / "off.json").write_text(json.dumps(run("off")))
+    (d / "on.json").write_text(json.dumps(run("on")))
+    (d / "calibrate.json").write_text(json.dumps({"schema": "ccddp.calibrate/1"}))
+    assert len(V.load_runs([str(d)])) == 2
+    ch = tmp_path / "results.json"
+    ch.write_text(json.dumps({"schema": "ccddp.characterize/1", "runs": [
+        {"key": "k1", "status": "ok", "result": run("off")},
+        {"key": "k2", "status": "failed", "result": None}]}))
+    assert len(V.load_runs([str(ch)])) == 1
+    with pytest.raises(ConfigError, match="is not a `ccddp train --json`"):
+        V.load_runs([str(d / "calibrate.json")])
+    with pytest.raises(ConfigError, match="not found"):
+        V.load_runs([str(tmp_path / "missing.json")])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="no measured training results"):
+        V.load_runs([str(empty)])
+
+
+def test_validate_cli_table_and_json(tmp_path, capsys):
+    d = tmp_path / "runs"
+    d.mkdir()
+    for i, r in enumerate([run("off", total=700), run("on", total=900),
+                           run("off", n=4, total=1400), run("on", n=4, total=1900)]):
+        (d / f"{i}.json").write_text(json.dumps(r))
+    out, md = tmp_path / "v.json", tmp_path / "v.md"
+    assert main(["validate", "--profile", "local", "--measured", str(d), "--json", str(out),
+                 "--markdown", str(md)]) == 0
+    table = md.read_text().splitlines()
+    assert table[0].startswith("| workload |") and len(table) == 4
+    text = capsys.readouterr().out
+    assert "resnet50" in text and "pred. on ms" in text and "ratio error" in text
+    data = json.loads(out.read_text())
+    assert data["schema"] == "ccddp.validate/1" and len(data["rows"]) == 2
+    assert data["verdict"]["rows"] == 2 and not data["verdict"]["accepted"]
+    assert data["profile"]["mac_gbps"] == "inf"          # strict JSON, no Infinity
+    for r in data["rows"]:
+        assert r["cc_on_error"] == pytest.approx(r["predicted_cc_on_ms"]
+                                                 / r["measured_cc_on_ms"] - 1)
+        assert set(r["predicted_phases_cc_on"]) == set(r["measured_phases_cc_on"])
+
+
+def test_validate_cli_user_error(tmp_path, capsys):
+    p = tmp_path / "on.json"
+    p.write_text(json.dumps(run("on")))
+    assert main(["validate", "--measured", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "no CC-on run has a CC-off run" in err and "Traceback" not in err
