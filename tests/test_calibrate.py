@@ -60,6 +60,24 @@ def test_build_profile_is_complete_and_marks_every_field():
     assert any("never from training runs" in h for h in header)
 
 
+def test_rates_measured_with_every_rank_busy_are_preferred():
+    import os
+    local, p2p = fake_measurements(world_size=4)
+    p2p["concurrent"] = {"seal_fixed_us": 20.0, "open_fixed_us": 22.0, "seal_gbps": 1.0,
+                         "open_gbps": 1.1, "matmul_tflops": 0.05, "memcpy_gbps": 5.0,
+                         "reduce_gbps": 4.0, "sgd_gbps": 6.0, "xor_gbps": 7.0}
+    p2p["interference"] = {"compute_s": 1.0, "crypto_s": 0.5, "both_s": 1.8, "excess": 0.2}
+    d, notes, _ = build_profile(local, p2p)
+    soft = max(1.0, 4 / (os.cpu_count() or 1))   # the model slows 4 ranks on fewer cores
+    per_core = max(1.0, 4 * d["compute_threads"] / (os.cpu_count() or 1))
+    assert d["interference"] == pytest.approx(0.2 / per_core, rel=1e-3)
+    assert notes["interference"].startswith("MEASURED")
+    assert d["enc_gbps"] == pytest.approx(1.0 * soft) and d["dec_gbps"] == pytest.approx(1.1 * soft)
+    assert d["crypto_op_us"] == pytest.approx(21.0 / soft, rel=1e-3)
+    assert d["reduce_gbps"] == pytest.approx(4.0 * soft)
+    assert "4 ranks at once" in notes["enc_gbps"]
+
+
 def test_link_rate_measured_on_more_ranks_than_cores_is_uncontended():
     """At 4 ranks on 2 cores the model slows the link 2x itself; calibrate undoes that."""
     local, p2p = fake_measurements(world_size=4)

@@ -62,10 +62,16 @@ def test_backward_is_compute_without_the_models_cc_off_contention():
     from ccddp.sim import run_iteration
 
     off = run("off")
-    wl = V.workload_from_run(off, HW)
+    wl = V.workload_from_run(off, HW, wait=False)
     assert wl.backward_ms <= 400.0
     ph = run_iteration(HW, wl, Schedule(), 2, cc=False).phases
     assert ph["backward"] + ph["contention"] == pytest.approx(400.0, rel=1e-6)
+    # The measured exposed time beyond the model's tail is the wait for the slowest
+    # peer: it becomes the slowest rank's longer backward.
+    waited = V.workload_from_run(off, HW)
+    assert waited.backward_ms == pytest.approx(wl.backward_ms + 50.0 - ph["exposed"])
+    off["summary"]["exposed_comm_ms"] = 0.0          # no wait: nothing added
+    assert V.workload_from_run(off, HW).backward_ms == pytest.approx(wl.backward_ms)
 
 
 def test_errors_and_ratios_are_computed_from_the_prediction():

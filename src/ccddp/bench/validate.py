@@ -16,9 +16,13 @@ and predicts the CC-on run from:
 
 The measured CC-off backward contains the time gloo's all-reduce threads took from it;
 the model adds that contention itself, so the workload's backward is the value for which
-the model's CC-off backward (compute + contention) equals the measured one. Each measured
+the model's CC-off backward (compute + contention) equals the measured one. The measured
+rank also waits for its slowest peer at the end of backward (its exposed communication
+beyond the model's all-reduce tail): that wait is part of the workload in both modes, so
+the backward becomes the slowest rank's (``wait=False`` leaves it out). Each measured
 CC-off iteration is predicted on its own and the medians are compared, as ``ccddp
-train`` reports the median iteration (a median of sums, not a sum of medians).
+train`` reports the median iteration (a median of sums, not a sum of medians). Repeated
+runs of one configuration are pooled: their measured iterations count together.
 
 Example::
 
@@ -185,9 +189,11 @@ def measured_steps(run: dict) -> list[dict]:
 
 
 def workload_from_run(run: dict, hw, *, step: dict | None = None,
-                      buckets: list[int] | None = None, nbytes: int | None = None):
+                      buckets: list[int] | None = None, nbytes: int | None = None,
+                      wait: bool = True):
     """The model's :class:`~ccddp.sim.WorkloadProfile` from a measured CC-OFF run: its
     summary medians, or one measured iteration ``step`` (an entry of ``iterations``).
+    ``wait``: count this rank's wait for its slowest peer into the backward (see below).
 
     A CC-on run is refused: its phases hold the very cost the model is to predict.
     ``buckets``/``nbytes`` skip rebuilding the model (tests, repeated calls).
@@ -221,10 +227,19 @@ def workload_from_run(run: dict, hw, *, step: dict | None = None,
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if model_bwd(mid) < target else (lo, mid)
         wl = replace(wl, backward_ms=(lo + hi) / 2)
+    if n > 1 and wait:
+        # This rank's exposed communication beyond the model's all-reduce tail is the
+        # wait for its slowest peer (ranks on shared cores are scheduled unevenly; a
+        # graph's batches differ per rank). Every collective runs at the slowest rank's
+        # pace, with CC on as with CC off, so the workload's backward is the slowest
+        # rank's: this rank's plus the wait.
+        tail = run_iteration(hw, wl, Schedule(), n, cc=False).phases["exposed"]
+        extra = max(0.0, s.get("exposed_comm_ms", 0.0) - tail)
+        wl = replace(wl, backward_ms=wl.backward_ms + extra)
     return wl
 
 
-def workloads_from_run(runs, hw) -> list:
+def workloads_from_run(runs, hw, *, wait: bool = True) -> list:
     """One workload profile per measured iteration of a CC-off run, or of several runs of
     one configuration (same buckets and batch bytes, each iteration's phases)."""
     runs = _many(runs)
@@ -232,7 +247,7 @@ def workloads_from_run(runs, hw) -> list:
         if r.get("cc") != "off":
             workload_from_run(r, hw)          # raises the refusal
     buckets, nbytes = bucket_bytes(runs[0]), input_bytes(runs[0])
-    return [workload_from_run(r, hw, step=it, buckets=buckets, nbytes=nbytes)
+    return [workload_from_run(r, hw, step=it, buckets=buckets, nbytes=nbytes, wait=wait)
             for r in runs for it in measured_steps(r)]
 
 

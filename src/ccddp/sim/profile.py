@@ -138,6 +138,12 @@ FIELDS: tuple[Field, ...] = (
     Field("overlap_efficiency", "host", "float", "fraction", "Share of communication busy "
           "time that hides under backward compute; 1 on accelerators, ~0 when both run on the "
           "same cores.", "unit"),
+    Field("interference", "host", "float", "fraction", "Only with host_cores > 0: how much "
+          "longer communication work takes when it time-shares cores with backward compute "
+          "than alone (caches, TLBs and memory bandwidth shared beyond the time slice, "
+          "context switches) with one compute thread per core; the model scales it by the "
+          "compute threads per core (ranks x compute_threads / host_cores, at least 1). "
+          "0 on accelerators.", "nonneg"),
 )
 
 WORKLOAD_KEYS: dict[str, str] = {
@@ -203,6 +209,7 @@ class HardwareProfile:
     host_cores: int
     compute_threads: int
     overlap_efficiency: float
+    interference: float
     workloads: dict[str, dict[str, float]] = field(default_factory=dict, compare=False)
     source: str = field(default="", compare=False)
 

@@ -10,7 +10,8 @@ engine time of all-reduces that can run during backward stretches backward by th
 that does not hide, and the later buckets become ready later; on a host whose ranks share
 its cores (``host_cores > 0``) the last all-reduce also cannot end before the cores have
 done the backward plus that share of every all-reduce's engine work (crypto, reduction,
-message software, and the transfers' own core time where the link is software).
+message software, and the transfers' own core time where the link is software), which
+costs ``1 + interference x ranks per core`` times its time alone.
 
 Example::
 
@@ -53,12 +54,16 @@ def run_iteration(hw, wl, sched, n: int, *, cc: bool, rates: Rates | None = None
 
     fracs = wl.ready_fractions()
     costs = _costs(hw, wl, sched, r, n, cc) if n > 1 else []
+    # Engine work as it costs on cores shared with backward: interference grows with
+    # the ranks per core (more switches between them); 1 on devices.
+    shared = 1.0 + (hw.interference * r.compute_factor if hw.host_cores > 0 else 0.0)
+    busy = [c.busy_ms * shared for c in costs]
     extra = 0.0
     if stretch > 0 and costs:
         # Busy time that can overlap backward: each collective's, at most the backward
         # left once its bucket is ready, and in all at most the backward left after the
         # first bucket. Monotone in every cost, unlike tracking actual start times.
-        overlap = sum(min(c.busy_ms, (1 - f) * bwd) for c, f in zip(costs, fracs))
+        overlap = sum(min(b, (1 - f) * bwd) for b, f in zip(busy, fracs))
         extra = stretch * min(overlap, (1 - fracs[0]) * bwd)
     comm_free = 0.0
     for c, f in zip(costs, fracs):
@@ -69,7 +74,7 @@ def run_iteration(hw, wl, sched, n: int, *, cc: bool, rates: Rates | None = None
         # does not hide of) every collective's engine work in less than their sum. (Device
         # profiles keep overlap_efficiency as their only coupling: SMs are partitioned
         # between streams, not time-shared like cores.)
-        comm_free = max(comm_free, bwd_start + bwd + stretch * sum(c.busy_ms for c in costs))
+        comm_free = max(comm_free, bwd_start + bwd + stretch * sum(busy))
     totals = {k: sum(getattr(c, k) for c in costs)
               for k in ("seals", "opens", "messages", "bytes_sent", "relay_ops", "busy_ms",
                         "crypto_ms", "pad_bytes")}
