@@ -149,3 +149,65 @@ def test_messages_beyond_one_aead_call_are_cut_into_frames():
             assert ok, key
             if "tree" not in key:
                 assert seals == 2 and frames > seals, (key, seals, frames)
+
+
+def _rounds_rank(rank, n):
+    """Round budget lowered to a few segments: every collective of the pipelined engine
+    runs in several rounds and still equals torch.distributed; a message is still one
+    seal per step; the receive arena never exceeds the budget."""
+    import torch.distributed as dist
+
+    import ccddp.comm.pipeline as pipeline
+    from ccddp.comm import all_gather, all_reduce, broadcast, reduce_scatter
+
+    pipeline.ROUND_BYTES = 3 * 1024 * 2 * (n - 1)        # 3 segments of 1 KiB per step
+    arenas = []
+    real_post = pipeline._Pipeline.post_receives
+
+    def post(self, js):
+        real_post(self, js)
+        arenas.append(sum(f.numel() for (s, _), f in self.rx_frames.items()
+                          if self.secure or self.steps[s].action == "reduce"))
+
+    pipeline._Pipeline.post_receives = post
+    out = {}
+    for impl, kw in [("ring", {}), ("secure", {}), ("secure", {"allgather": "group-key"}),
+                     ("secure", {"chains": 2})]:
+        g = _group(impl, **kw)
+        gen = torch.Generator().manual_seed(rank)
+        x = torch.randn(20_003, generator=gen)        # ~20 segments per chunk at n=2
+        ref = x.clone()
+        dist.all_reduce(ref)
+        before, arenas[:] = g.counters.snapshot(), []
+        ok = torch.allclose(all_reduce(x, g), ref, atol=1e-4)
+        after = g.counters.snapshot()
+        rounds = len(arenas)
+        inp = torch.randn(5000 * n, generator=gen)
+        rs, rs_ref = torch.empty(5000), torch.empty(5000)
+        dist.reduce_scatter_tensor(rs_ref, inp)
+        ok &= torch.allclose(reduce_scatter(rs, inp, g), rs_ref, atol=1e-4)
+        src = torch.randn(5000, generator=gen)
+        ag, ag_ref = torch.empty(5000 * n), torch.empty(5000 * n)
+        dist.all_gather_into_tensor(ag_ref, src)
+        ok &= torch.equal(all_gather(ag, src, g), ag_ref)
+        b = torch.randn(9000, generator=gen)
+        b_ref = b.clone()
+        dist.broadcast(b_ref, 1)
+        ok &= torch.equal(broadcast(b, 1, g), b_ref)
+        out[impl + str(kw)] = (bool(ok), rounds, after["seals"] - before["seals"], max(arenas))
+        g.close()
+    return out
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_large_collectives_run_in_rounds_of_bounded_memory(world_size):
+    n = world_size
+    budget = 3 * 1024 * 2 * (n - 1)
+    for res in run_ranks(_rounds_rank, n):
+        for key, (ok, rounds, seals, arena) in res.items():
+            assert ok, key
+            assert rounds >= 3, (key, rounds)
+            # Receive frames of a round: 3 segments (+ tags) of each receiving step.
+            assert 0 < arena <= budget + 3 * 2 * (n - 1) * 16 + 2 * (n - 1) * 4, (key, arena)
+            if key.startswith("secure"):
+                assert seals == (n if "group-key" in key else 2 * (n - 1)), (key, seals)

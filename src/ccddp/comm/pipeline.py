@@ -7,6 +7,13 @@ threads (multi-chain), while earlier segments are in flight; sends are posted in
 their seals finish. Before blocking on a receive, every finished seal is sent, so no
 rank ever waits on a peer that waits on it.
 
+Memory is bounded: segments run in rounds of at most :data:`ROUND_BYTES` of receive
+frames (and about as much of send frames). Segment ``j`` of step ``s`` depends only on segment
+``j`` of step ``s-1``, so a round takes a range of segment indices through every step;
+both ends walk rounds, steps and segments in the same order, so frames, counters and
+nonces line up. Only collectives larger than a round (DDP's first-iteration bucket of a
+large model) have more than one, and pay one pipeline drain per round.
+
 With ``group_key`` all-gather, a frame received in the all-gather phase is forwarded
 as ciphertext and opened once; only its owner sealed it.
 
@@ -26,6 +33,11 @@ from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 
 ANY_RANK = 0xFFFF
+
+# Receive frames of one round (its send frames take about as much again). At group.py's
+# cache limit, so the arenas are allocated once and reused by every round and collective;
+# a 64 MiB all-reduce of 4 MiB segments is one round up to 8 ranks.
+ROUND_BYTES = 256 << 20
 
 
 def dtype_name(t: torch.Tensor) -> str:
@@ -74,15 +86,27 @@ class _Pipeline:
         return FrameContext(self.g.session_id, self.seq, self.op, Phase.ALL_GATHER, 0, j,
                             owner, ANY_RANK, nbytes, self.dtype).pack()
 
-    def post_receives(self) -> None:
+    def segments_per_round(self) -> int:
+        """Segment indices per round: the most whose receive frames of every step fit
+        :data:`ROUND_BYTES` (at least one)."""
         tag = TAG_BYTES if self.secure else 0
-        total = sum((b - a) * self.isz + tag for s in range(len(self.steps)) for a, b in self.recv_segs[s])
+        per_index = max(1, sum(max(((b - a) * self.isz + tag for a, b in segs), default=0)
+                               for segs in self.recv_segs))
+        return max(1, ROUND_BYTES // per_index)
+
+    def post_receives(self, js: range) -> None:
+        """Post the receives of segments ``js`` of every step; allocate their send frames."""
+        tag = TAG_BYTES if self.secure else 0
+        mine = [[(j, ab) for j, ab in enumerate(segs) if j in js] for segs in self.recv_segs]
+        total = sum((b - a) * self.isz + tag for segs in mine for _, (a, b) in segs)
         arena = self.g.buffer("rx", total)
+        self.rx_frames.clear()
+        self.rx_work.clear()
         off = 0
         for s, st in enumerate(self.steps):
             if st.recv_peer is None:
                 continue
-            for j, (a, b) in enumerate(self.recv_segs[s]):
+            for j, (a, b) in mine[s]:
                 if not self.secure and st.action == "copy":
                     frame = self.u8[a * self.isz:b * self.isz]
                 else:
@@ -94,7 +118,8 @@ class _Pipeline:
                     self.rx_work[s, j] = self.g.transport.irecv(frame, st.recv_peer)
         if self.secure:
             tx_bytes = sum((b - a) * self.isz + TAG_BYTES for s in range(len(self.steps))
-                           if not self._forwards(s) for a, b in self.send_segs[s])
+                           if not self._forwards(s)
+                           for j, (a, b) in enumerate(self.send_segs[s]) if j in js)
             self.tx_arena = self.g.buffer("tx", tx_bytes)
             self._tx_off = 0
 
@@ -162,7 +187,14 @@ class _Pipeline:
                 self.send_work.append((self.g.transport.isend(frame, peer), peer))
 
     def run(self) -> None:
-        self.post_receives()
+        per_round = self.segments_per_round()
+        most = max(len(segs) for segs in self.recv_segs + self.send_segs)
+        for first in range(0, most, per_round):
+            self.run_round(range(first, min(first + per_round, most)))
+
+    def run_round(self, js: range) -> None:
+        """Segments ``js`` through every step; returns when all their frames are done."""
+        self.post_receives(js)
         steps, tr = self.steps, self.g.transport
         for s in range(len(steps) + 1):
             has_recv = s > 0 and steps[s - 1].recv_peer is not None
@@ -172,7 +204,7 @@ class _Pipeline:
             if has_recv and has_send and self.recv_segs[s - 1] != self.send_segs[s]:
                 raise AssertionError("schedule must send at step s what it received at step s-1")
             nseg = len(self.send_segs[s] if has_send else self.recv_segs[s - 1])
-            for j in range(nseg):
+            for j in range(js.start, min(js.stop, nseg)):
                 jobs = []
                 if has_recv:
                     w = self.rx_work.get((s - 1, j))
@@ -198,6 +230,7 @@ class _Pipeline:
         self.flush(block=True)
         for w, peer in self.send_work:
             tr.wait(w, peer, f"send in {self.where}")
+        self.send_work.clear()
 
 
 def run_pipelined(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
