@@ -31,7 +31,7 @@ from ccddp.comm.tree import run_tree_allreduce, tree_links
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import TAG_BYTES
 from ccddp.crypto.keys import digest
-from ccddp.errors import ConfigError
+from ccddp.errors import ConfigError, PeerTimeoutError
 
 _DESC = struct.Struct(">BQ12sI16s")
 
@@ -68,6 +68,7 @@ def _check_descriptors(g: SecureGroup, seq: int, mine: bytes, send_to: list[int]
         g.tx(p).seal(mine, frame.numpy(), aad)
         g.counters.add_message(sealed=True, control=True)
         sends.append((tr.isend(frame, p), p))
+    mismatch = None
     for p in recv_from:
         tr.wait(works[p], p, f"descriptor exchange of collective #{seq}")
         theirs = bytearray(len(mine))
@@ -76,11 +77,21 @@ def _check_descriptors(g: SecureGroup, seq: int, mine: bytes, send_to: list[int]
         g.counters.add_message(sealed=False, control=True)
         if bytes(theirs) != mine:
             if theirs[-16:] != mine[-16:]:
-                raise ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
-            raise ConfigError(f"collective #{seq} differs between ranks: rank {p} called "
-                              f"{_explain(bytes(theirs))}, rank {g.rank} called {_explain(mine)}")
+                mismatch = ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
+            else:
+                mismatch = ConfigError(f"collective #{seq} differs between ranks: rank {p} called "
+                                       f"{_explain(bytes(theirs))}, rank {g.rank} called {_explain(mine)}")
+            break
+    # Our own descriptors are delivered even when we stop: the neighbours then say what
+    # differs instead of timing out on a sender that exited.
     for w, p in sends:
-        tr.wait(w, p, f"descriptor exchange of collective #{seq}")
+        try:
+            tr.wait(w, p, f"descriptor exchange of collective #{seq}")
+        except PeerTimeoutError:
+            if mismatch is None:
+                raise
+    if mismatch is not None:
+        raise mismatch
 
 
 def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, root: int = 0) -> None:
