@@ -41,7 +41,7 @@ def test_every_op_and_impl_is_correct_and_counted():
         for key in ("op", "impl", "bytes", "world_size", "time_us", "algbw_gbps", "busbw_gbps",
                     "seals_per_rank", "opens_per_rank"):
             assert key in r
-        assert r["time_us"] > 0 and r["world_size"] == 3
+        assert r["time_us"] > 0 and r["world_size"] == 3 and r["cpu_us_per_rank"] > 0
         if r["impl"] == "secure" and r["op"] == "all_reduce":
             assert r["seals_per_rank"] == r["opens_per_rank"] == 4     # 2(n-1)
         if r["impl"] in ("gloo", "ring"):

@@ -46,6 +46,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ccddp.bench.machine import process_cpu_seconds
+
 SCHEMA = "ccddp.calibrate/1"
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -238,16 +240,6 @@ def bench_interference(fast: bool) -> dict:
     return {"compute_s": c, "crypto_s": xs, "both_s": b, "excess": b / (c + xs) - 1}
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process, all threads, user + system (gloo's socket threads and
-    the kernel's loopback copies included), to the microsecond (``os.times`` counts
-    10 ms ticks)."""
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def p2p_bench(fast: bool) -> dict:
     """Run on every rank; returns rank 0's view (the slowest rank for collectives)."""
     import torch
@@ -315,12 +307,12 @@ def p2p_bench(fast: bool) -> dict:
         times, cpus = [], []
         for it in range(4 if fast else 8):
             dist.barrier()
-            c0, t0 = _cpu_seconds(), time.perf_counter()
+            c0, t0 = process_cpu_seconds(), time.perf_counter()
             recvs = [dist.irecv(b, prv) for b in rbufs]
             sends = [dist.isend(b, nxt) for b in sbufs]
             for w in sends + recvs:
                 w.wait()
-            t1, c1 = time.perf_counter(), _cpu_seconds()
+            t1, c1 = time.perf_counter(), process_cpu_seconds()
             if it > 0:
                 times.append((t1 - t0) / k)
                 cpus.append((c1 - c0) / k)
@@ -339,9 +331,9 @@ def p2p_bench(fast: bool) -> dict:
         times, cpus = [], []
         for i in range(iters + 1):
             dist.barrier()
-            c0, t0 = _cpu_seconds(), time.perf_counter()
+            c0, t0 = process_cpu_seconds(), time.perf_counter()
             all_reduce(x, g)
-            dt, dc = time.perf_counter() - t0, _cpu_seconds() - c0
+            dt, dc = time.perf_counter() - t0, process_cpu_seconds() - c0
             if i > 0:
                 times.append(dt)
                 cpus.append(dc)

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ccddp.bench.machine import machine_info
+from ccddp.bench.machine import machine_info, process_cpu_seconds
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.crypto.counters import CryptoCounters
@@ -80,15 +80,16 @@ class _Case:
             self.expect = _pattern(numel, 0, dtype)
         self.diff = torch.empty(self.expect.numel(), dtype=torch.bool)
 
-    def run(self) -> tuple[float, int]:
-        """One timed call on freshly filled buffers; returns (seconds, wrong elements)."""
+    def run(self) -> tuple[float, float, int]:
+        """One timed call on freshly filled buffers; returns (seconds, CPU seconds of this
+        process, wrong elements)."""
         op, g = self.op, self.g
         if op in ("reduce_scatter", "all_gather"):
             self.inp.copy_(self.src)
             self.buf.fill_(0)
         else:
             self.buf.copy_(self.src)
-        t0 = time.perf_counter()
+        c0, t0 = process_cpu_seconds(), time.perf_counter()
         if op == "all_reduce":
             all_reduce(self.buf, g)
         elif op == "reduce_scatter":
@@ -97,9 +98,9 @@ class _Case:
             all_gather(self.buf, self.inp, g)
         else:
             broadcast(self.buf, 0, g)
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, process_cpu_seconds() - c0
         torch.ne(self.buf, self.expect, out=self.diff)
-        return dt, int(self.diff.sum())
+        return dt, dc, int(self.diff.sum())
 
 
 def tag_granularity(s: CommSettings) -> str:
@@ -127,22 +128,27 @@ def bench(args: argparse.Namespace) -> list[dict]:
                 numel = max(n, nbytes // itemsize)
                 if op in ("reduce_scatter", "all_gather"):
                     numel -= numel % n
-                times, wrong = [], 0
+                times, cpus, wrong = [], [], 0
                 case = _Case(op, g, numel, dtype)
                 before = g.counters.snapshot()
                 for i in range(args.warmup + args.iters):
                     dist.barrier()
                     if i == args.warmup:
                         before = g.counters.snapshot()
-                    dt, w = case.run()
+                    dt, dc, w = case.run()
                     if i >= args.warmup:
                         times.append(dt)
+                        cpus.append(dc)
                         wrong += w
                 del case
                 delta = CryptoCounters.diff(g.counters.snapshot(), before)
                 # The slowest rank defines a collective's time, as in nccl-tests.
                 t = torch.tensor([statistics.median(times)], dtype=torch.float64)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                # CPU per rank (median call, mean over ranks): with every core busy, no
+                # schedule can take less wall time than this.
+                cpu = torch.tensor([statistics.median(cpus)], dtype=torch.float64)
+                dist.all_reduce(cpu)
                 wrong_t = torch.tensor([wrong], dtype=torch.int64)
                 dist.all_reduce(wrong_t)
                 sec = float(t)
@@ -153,6 +159,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
                     "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none",
                     "world_size": n, "time_us": sec * 1e6, "algbw_gbps": algbw,
                     "busbw_gbps": algbw * bus_factor(op, n), "wrong": int(wrong_t),
+                    "cpu_us_per_rank": float(cpu) / n * 1e6,
                     "seals_per_rank": delta["seals"] / it, "opens_per_rank": delta["opens"] / it,
                     "segments_sealed_per_rank": delta["segments_sealed"] / it,
                     "segments_opened_per_rank": delta["segments_opened"] / it,

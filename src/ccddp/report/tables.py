@@ -8,14 +8,16 @@ from rich.table import Table
 
 def collectives_table(rows: list[dict], title: str = "") -> Table:
     """nccl-tests columns (size, count, type, redop, time, algbw, busbw, #wrong) plus the
-    crypto counters ccddp adds."""
+    crypto counters ccddp adds, and the CPU time a rank spent in the call (user + system,
+    all threads) where it was measured."""
     t = Table(title=title, show_lines=False)
     for col in ("impl", "op", "size (B)", "count", "type", "redop", "time (us)", "algbw (GB/s)",
-                "busbw (GB/s)", "#wrong", "seals/rank", "opens/rank", "tags"):
+                "busbw (GB/s)", "#wrong", "cpu (us)/rank", "seals/rank", "opens/rank", "tags"):
         t.add_column(col, justify="left" if col in ("impl", "op", "type", "redop", "tags") else "right")
     for r in rows:
         t.add_row(r["impl"], r["op"], str(r["bytes"]), str(r["count"]), r["type"], r["redop"],
                   f"{r['time_us']:.1f}", f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}", str(r["wrong"]),
+                  f"{r['cpu_us_per_rank']:.1f}" if "cpu_us_per_rank" in r else "-",
                   f"{r['seals_per_rank']:g}", f"{r['opens_per_rank']:g}", r["tag_granularity"])
     return t
 
