@@ -21,7 +21,7 @@ from ccddp.errors import CCDDPError, ConfigError
 
 SCHEMA = "ccddp.characterize/1"
 QUICK = {"workloads": ["graphsage", "resnet50", "bert-base"], "world_sizes": [2, 3],
-         "schedules": ["naive", "pipelined"], "steps": 2, "warmup": 1}
+         "schedules": ["naive", "pipelined"], "steps": 2, "warmup": 2}
 # --quick keeps every architecture (so gradient bytes and bucket counts are the real ones)
 # but shrinks the per-rank batch, so a 2-core machine finishes the sweep in minutes.
 QUICK_SHAPES = {"graphsage": {"batch_size": 32}, "resnet50": {"batch_size": 2, "image_size": 112},
@@ -29,7 +29,7 @@ QUICK_SHAPES = {"graphsage": {"batch_size": 32}, "resnet50": {"batch_size": 2, "
                 "bert-large": {"batch_size": 1, "seq_len": 32}, "gpt2-large": {"seq_len": 16},
                 "gpt2-xl": {"seq_len": 16}}
 FULL = {"workloads": ["graphsage", "resnet50", "resnet101", "bert-base", "bert-large", "gpt2-large", "gpt2-xl"],
-        "world_sizes": [2, 3, 4], "schedules": ["naive", "pipelined"], "steps": 3, "warmup": 1}
+        "world_sizes": [2, 3, 4], "schedules": ["naive", "pipelined"], "steps": 3, "warmup": 2}
 
 
 @dataclass(frozen=True)
