@@ -119,3 +119,17 @@ def test_real_workload_plan_and_exact_rebucketing(tmp_path):
                  "--gpus", "2", "--schedule", "naive", "--json", str(out)]) == 0
     (r,) = json.loads(out.read_text())
     assert r["buckets"] == 2 and r["slowdown"] == pytest.approx(1.61, rel=0.03)
+
+
+def test_default_segment_is_the_engines():
+    """`ccddp simulate`/`tune` model the segment size ccddp's secure collectives use."""
+    import argparse
+
+    from ccddp.cli.cmd_simulate import add_schedule_args, schedule_from_args
+    from ccddp.comm.settings import CommSettings
+    from ccddp.sim.schedule import Schedule
+
+    p = argparse.ArgumentParser()
+    add_schedule_args(p)
+    sched = schedule_from_args(p.parse_args([]))
+    assert sched.segment_bytes == Schedule().segment_bytes == CommSettings().segment_bytes

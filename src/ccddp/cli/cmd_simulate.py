@@ -54,8 +54,8 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithm", choices=ALGORITHMS, default="ring")
     p.add_argument("--bucket-cap-mb", type=float, default=None,
                    help="DDP bucket_cap_mb (default: DDP's 25 MiB with a 1 MiB first bucket)")
-    p.add_argument("--segment-mb", type=float, default=1.0,
-                   help="pipelining segment size in MiB (default: 1)")
+    p.add_argument("--segment-mb", type=float, default=4.0,
+                   help="pipelining segment size in MiB (default: 4, as ccddp.comm)")
     p.add_argument("--chains", type=int, default=None,
                    help="MAC chains / crypto threads (default: the profile's mac_chains)")
     p.add_argument("--tag", choices=TAGS, default="segment",

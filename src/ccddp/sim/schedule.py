@@ -45,7 +45,8 @@ class Schedule:
     schedule: str = "pipelined"
     algorithm: str = "ring"
     bucket_cap_mb: float | None = None
-    segment_bytes: int = 1 * MIB
+    # ccddp.comm.CommSettings' default, so "pipelined" models what ccddp runs.
+    segment_bytes: int = 4 * MIB
     chains: int | None = None
     tag: str = "segment"
     mac_batch: int = 1
