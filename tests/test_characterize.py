@@ -14,9 +14,16 @@ ARGS = ["characterize", "--workloads", "graphsage,resnet50,bert-base", "--world-
         "--steps", "1", "--warmup", "0", "--schedules", "pipelined", "--no-projection", "--timeout", "60"]
 
 
+def _default_sigint() -> None:
+    # A shell's background jobs (e.g. CI runners) start with SIGINT ignored, and an
+    # ignored signal stays ignored across exec: give the child the default a user has.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _ccddp(out, **kw):
     return subprocess.Popen([sys.executable, "-m", "ccddp.cli", *ARGS, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint, **kw)
 
 
 def test_interrupted_sweep_leaves_valid_results_and_resumes(tmp_path):
