@@ -44,6 +44,11 @@ def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
+def _pick(segs: list, js: range) -> list:
+    """``(j, segs[j])`` for the indices ``js`` this list has."""
+    return [(j, segs[j]) for j in range(js.start, min(js.stop, len(segs)))]
+
+
 def _run_all(jobs) -> None:
     for job in jobs:
         job()
@@ -97,7 +102,7 @@ class _Pipeline:
     def post_receives(self, js: range) -> None:
         """Post the receives of segments ``js`` of every step; allocate their send frames."""
         tag = TAG_BYTES if self.secure else 0
-        mine = [[(j, ab) for j, ab in enumerate(segs) if j in js] for segs in self.recv_segs]
+        mine = [_pick(segs, js) for segs in self.recv_segs]
         total = sum((b - a) * self.isz + tag for segs in mine for _, (a, b) in segs)
         arena = self.g.buffer("rx", total)
         self.rx_frames.clear()
@@ -119,7 +124,7 @@ class _Pipeline:
         if self.secure:
             tx_bytes = sum((b - a) * self.isz + TAG_BYTES for s in range(len(self.steps))
                            if not self._forwards(s)
-                           for j, (a, b) in enumerate(self.send_segs[s]) if j in js)
+                           for _, (a, b) in _pick(self.send_segs[s], js))
             self.tx_arena = self.g.buffer("tx", tx_bytes)
             self._tx_off = 0
 
