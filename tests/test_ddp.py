@@ -13,7 +13,7 @@ SECRET = b"d" * 32
 FAMILIES = ["graphsage", "resnet50", "bert-base", "gpt2-large"]
 
 
-def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=False):
+def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=False, sync_transport_factory=None):
     import torch.distributed as dist
 
     from ccddp.comm import CommSettings
@@ -32,16 +32,27 @@ def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=
     if transport_factory is not None:
         g = model.hook_state.group
         g.transport = transport_factory(g)
+    if sync_transport_factory is not None:
+        model.sync_group.transport = sync_transport_factory(model.sync_group)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    calls = []
+    calls, per_step = [], []
     if forbid_plain:
+        from ccddp.ddp import SecureProcessGroup
+
         forbidden = ["all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                      "reduce_scatter_tensor", "all_to_all", "gather", "scatter", "reduce", "all_gather_object",
                      "broadcast_object_list", "_broadcast_coalesced", "barrier", "send", "recv"]
         saved = {name: getattr(dist, name) for name in forbidden if hasattr(dist, name)}
 
         def trap(name):
+            real = saved[name]
+
             def f(*a, **k):
+                # DDP's own buffer sync calls _broadcast_coalesced(process_group, ...): on
+                # the SecureProcessGroup that is a sealed ccddp broadcast, not plaintext.
+                pg = a[0] if name == "_broadcast_coalesced" and a else k.get("group")
+                if isinstance(pg, SecureProcessGroup):
+                    return real(*a, **k)
                 calls.append(name)
                 raise AssertionError(f"plaintext torch.distributed.{name} during a CC-on step")
             return f
@@ -52,6 +63,7 @@ def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=
     buckets_before = model.hook_state.buckets
     try:
         for step in range(steps):
+            pg_before = dict(getattr(model.process_group, "calls", {}))
             loss = wl.loss(model, wl.make_batch(step, rank, n))
             try:
                 loss.backward()
@@ -61,13 +73,16 @@ def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=
                 raise
             opt.step()
             opt.zero_grad()
+            pg_after = getattr(model.process_group, "calls", {})
+            per_step.append({k: v - pg_before.get(k, 0) for k, v in pg_after.items()})
     finally:
         if forbid_plain:
             for name, f in saved.items():
                 setattr(dist, name, f)
     after = model.counters()["gradients"]
     params = torch.cat([p.detach().float().view(-1) for p in model.module.parameters()])
-    result = {"params": params, "calls": calls, "seals": after["seals"] - before["seals"],
+    result = {"params": params, "calls": calls, "per_step": per_step, "pg": type(model.process_group).__name__,
+              "seals": after["seals"] - before["seals"],
               "opens": after["opens"] - before["opens"], "allreduces": model.hook_state.buckets - buckets_before}
     model.close()
     return result
@@ -96,9 +111,15 @@ def test_cc_on_equals_cc_off_at_world_size_3():
 
 def test_no_plaintext_collective_during_a_cc_on_step_and_counts():
     n = 3
-    res = run_ranks(_train, n, "resnet50", "on", 2, None, True)
+    res = run_ranks(_train, n, "resnet50", "on", 3, None, True)
     for r in res:
         assert r["calls"] == []
+        # DDP's own collectives (run from C++, out of reach of the trap) go through the
+        # SecureProcessGroup: buffers before every forward, and in iteration 1 also rank
+        # 0's rebuilt bucket layout, which plain DDP would broadcast in the clear.
+        assert r["pg"] == "SecureProcessGroup"
+        b = [s.get("broadcast", 0) for s in r["per_step"]]
+        assert b[0] >= 1 and b[1] > b[0] and b[2] == b[0], b
         # Seals per rank = 2(n-1) per all-reduce call (descriptors are counted apart).
         assert r["allreduces"] >= 2
         assert r["seals"] == 2 * (n - 1) * r["allreduces"]
@@ -106,15 +127,16 @@ def test_no_plaintext_collective_during_a_cc_on_step_and_counts():
 
 
 class _Tamper:
-    """Flips one bit of the 3rd gradient frame this rank sends."""
+    """Flips one bit of the ``nth`` frame this rank sends on ``group``."""
 
-    def __init__(self, group):
+    def __init__(self, group, nth=3):
         self.inner = group.transport
+        self.nth = nth
         self.sent = 0
 
     def isend(self, frame, dst):
         self.sent += 1
-        if self.sent == 3:
+        if self.sent == self.nth:
             frame = frame.clone()
             frame[frame.numel() // 2] ^= 1
         return self.inner.isend(frame, dst)
@@ -136,3 +158,21 @@ def test_tampered_gradient_frame_stops_every_rank():
     assert all(isinstance(r, RankFailure) for r in res), res
     # Rank 0 received the flipped frame: an integrity error naming the link.
     assert res[0].type_name == "IntegrityError" and "1->0" in res[0].message, res[0]
+
+
+def _layout_tamper_factory(group):
+    # After construction, graphsage (no buffers) sends nothing on the sync group until
+    # iteration 1 rebuilds DDP's buckets: rank 0's frames 1 and 2 are the descriptor and
+    # the data of the bucket-layout broadcast.
+    return _Tamper(group, nth=2) if group.rank == 0 else group.transport
+
+
+def _train_layout_tampered(rank, n):
+    return _train(rank, n, "graphsage", "on", 3, None, False, _layout_tamper_factory)
+
+
+def test_tampered_bucket_layout_frame_stops_every_rank():
+    res = run_ranks(_train_layout_tampered, 2, timeout=120, pg_timeout=20, return_failures=True)
+    assert all(isinstance(r, RankFailure) for r in res), res
+    # DDP's own layout broadcast is sealed: rank 1 fails its tag in forward of iteration 1.
+    assert res[1].type_name == "IntegrityError" and "0->1" in res[1].message and "broadcast" in res[1].message, res[1]

@@ -1,14 +1,15 @@
-"""``SecureDDP``: DistributedDataParallel whose gradients, parameters and buffers never
-cross a link in plaintext (``cc="on"``), or plain DDP with the same timing marks
-(``cc="off"``).
+"""``SecureDDP``: DistributedDataParallel whose gradients, parameters, buffers and DDP's
+own metadata never cross a link in plaintext (``cc="on"``), or plain DDP with the same
+timing marks (``cc="off"``).
 
-CC-on changes three things in DDP:
-1. construction: ``init_sync=False`` and a secure broadcast of parameters and buffers
-   from rank 0 instead of DDP's plaintext one;
-2. every forward: ``broadcast_buffers=False`` and a secure broadcast of buffers instead;
-3. every backward: a comm hook that all-reduces each bucket securely on a worker thread.
-Each secure group runs on its own process group, so the worker's point-to-point traffic
-never interleaves with the main thread's broadcasts.
+CC-on changes two things in DDP:
+1. its process group is a :class:`SecureProcessGroup`, so every collective DDP runs by
+   itself -- the parameter-shape check and parameter/buffer sync at construction, the
+   buffer sync before every forward, the rebuilt bucket layout after iteration 0 -- is a
+   sealed ccddp collective;
+2. every backward: a comm hook that all-reduces each bucket securely on a worker thread.
+The hook and DDP's own collectives run on separate secure groups (separate process
+groups), so the worker's point-to-point traffic never interleaves with the main thread's.
 
 Example::
 
@@ -30,7 +31,7 @@ from ccddp.comm import CommSettings, SecureGroup
 from ccddp.crypto import GroupSecret
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.ddp.hooks import HookState, plain_allreduce_hook, secure_allreduce_hook
-from ccddp.ddp.sync import module_states, secure_broadcast_tensors
+from ccddp.ddp.process_group import SecureProcessGroup
 from ccddp.errors import ConfigError
 
 
@@ -46,30 +47,26 @@ class SecureDDP(DistributedDataParallel):
         if cc == "on" and not settings.secure:
             raise ConfigError(f"cc='on' needs a secure impl (secure or secure-naive), got {settings.impl!r}")
         timeout = timedelta(seconds=settings.timeout_s)
+        # `forward_sync_buffers` is DDP's name for what `broadcast_buffers` meant; DDP
+        # syncs buffers at construction either way.
         if cc == "on":
-            super().__init__(module, init_sync=False, broadcast_buffers=False, bucket_cap_mb=bucket_cap_mb,
-                             **ddp_kwargs)
             # new_group is collective: every rank creates both groups in this order.
             hook_pg = dist.new_group(backend="gloo", timeout=timeout)
             sync_pg = dist.new_group(backend="gloo", timeout=timeout)
+            sync_group = SecureGroup(settings, secret, sync_pg)
+            super().__init__(module, process_group=SecureProcessGroup(sync_group),
+                             forward_sync_buffers=broadcast_buffers, bucket_cap_mb=bucket_cap_mb, **ddp_kwargs)
+            self.sync_group: SecureGroup | None = sync_group
             self.hook_state = HookState(SecureGroup(settings, secret, hook_pg))
-            self.sync_group: SecureGroup | None = SecureGroup(settings, secret, sync_pg)
             self.register_comm_hook(self.hook_state, secure_allreduce_hook)
-            secure_broadcast_tensors(module_states(self.module), self.sync_group)
         else:
-            super().__init__(module, broadcast_buffers=broadcast_buffers, bucket_cap_mb=bucket_cap_mb, **ddp_kwargs)
+            super().__init__(module, forward_sync_buffers=broadcast_buffers, bucket_cap_mb=bucket_cap_mb,
+                             **ddp_kwargs)
             self.hook_state = HookState(pg=self.process_group)
             self.sync_group = None
             self.register_comm_hook(self.hook_state, plain_allreduce_hook)
         self.cc = cc
         self.ccddp_settings = settings
-        self._secure_buffers = cc == "on" and broadcast_buffers and any(True for _ in self.module.buffers())
-
-    def forward(self, *args, **kwargs):
-        if self._secure_buffers and torch.is_grad_enabled():
-            # What DDP's broadcast_buffers does each forward, sealed.
-            secure_broadcast_tensors(module_states(self.module, params=False), self.sync_group)
-        return super().forward(*args, **kwargs)
 
     def comm_failure(self) -> BaseException | None:
         """The typed error (e.g. ``IntegrityError``) that failed a bucket, if any.
