@@ -96,7 +96,21 @@ def test_flipped_bit_raises_and_zeroes_output():
     with pytest.raises(IntegrityError) as e:
         rx.open(frame, out, _aad(), collective="all_reduce#1", step=2)
     assert "0->1" in str(e.value) and "all_reduce#1" in str(e.value) and "step 2" in str(e.value)
+    assert e.value.segment is None and "segment" not in str(e.value)
     assert not out.any(), "unverified plaintext must not be left behind"
+
+
+def test_failed_frame_names_its_segment():
+    tx, rx = _pair()
+    frames = [_sealed(tx) for _ in range(3)]
+    frames[2][5] ^= 0x80
+    out = np.zeros(64, np.uint8)
+    for j in range(2):
+        rx.open(frames[j], out, _aad(), collective="all_reduce#4", step=1, segment=j)
+    with pytest.raises(IntegrityError) as e:
+        rx.open(frames[2], out, _aad(), collective="all_reduce#4", step=1, segment=2)
+    assert (e.value.link, e.value.collective, e.value.step, e.value.segment) == ("0->1", "all_reduce#4", 1, 2)
+    assert str(e.value).endswith("(link 0->1, collective all_reduce#4, step 1, segment 2)")
 
 
 def test_replayed_frame_fails():

@@ -168,9 +168,11 @@ def test_tampered_job_exits_nonzero_with_one_line_reason(attack):
     took = time.monotonic() - t0
     reason = str(e.value)
     assert "\n" not in reason and "IntegrityError" in reason, reason
-    # The receiving rank names the link, the collective and the step of the frame.
+    # The receiving rank names the link, the collective, the step and the segment of the
+    # frame: frame 18 of link 0->1 is segment 1 of step 1 (frame 0 is the descriptor,
+    # then 16 one-KiB segments per step).
     assert "rank 1: IntegrityError" in reason and "link 0->1" in reason, reason
-    assert "collective all_reduce#1, step 1" in reason, reason
+    assert "collective all_reduce#1, step 1, segment 1" in reason, reason
     # Start-up (imports, rendezvous) dominates; detection itself is bounded by TIMEOUT_S.
     assert took < 60, took
 

@@ -27,15 +27,23 @@ class IntegrityError(CCDDPError):
         try:
             ring_allreduce(t, comm)
         except IntegrityError as e:
-            print(e.link, e.collective, e.step)
+            print(e.link, e.collective, e.step, e.segment)
+
+    ``segment`` is the index of the failed frame within its step's message (a segment of
+    the pipelined schedule, or a frame of a message larger than one AES-GCM call takes;
+    0 for a one-frame message), ``None`` where the frame is not part of a collective.
     """
 
     def __init__(self, message: str, *, link: str = "?", collective: str = "?",
-                 step: int | str = "?") -> None:
-        super().__init__(f"{message} (link {link}, collective {collective}, step {step})")
+                 step: int | str = "?", segment: int | None = None) -> None:
+        where = f"link {link}, collective {collective}, step {step}"
+        if segment is not None:
+            where += f", segment {segment}"
+        super().__init__(f"{message} ({where})")
         self.link = link
         self.collective = collective
         self.step = step
+        self.segment = segment
 
 
 class FrameFormatError(IntegrityError):

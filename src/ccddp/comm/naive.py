@@ -49,10 +49,11 @@ def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq
                                n, dtype).pack()
             if st.action == "copy":
                 g.rx(st.recv_peer).open(rx_frame.numpy(), u8[a * isz:b * isz].numpy(), aad,
-                                        collective=where, step=st.index)
+                                        collective=where, step=st.index, segment=j)
             else:
                 plain = rx_frame[:n]  # opened in place, as in the pipelined engine
-                g.rx(st.recv_peer).open(rx_frame.numpy(), plain.numpy(), aad, collective=where, step=st.index)
+                g.rx(st.recv_peer).open(rx_frame.numpy(), plain.numpy(), aad, collective=where, step=st.index,
+                                        segment=j)
                 flat[a:b].add_(plain.view(flat.dtype))
         if recvs:
             g.counters.add_message(sealed=False)

@@ -145,11 +145,11 @@ class _Pipeline:
             self.g.counters.add_message(sealed=False)
         if st.action == "copy":
             return ch.open_job(frame.numpy(), self.u8[a * self.isz:b * self.isz].numpy(), aad,
-                               collective=self.where, step=s)
+                               collective=self.where, step=s, segment=j)
         # Open in place (OpenSSL's GCM allows out == in): the frame's first bytes become
         # the plaintext, saving a scratch buffer and a pass over memory.
         plain = frame[:nbytes]
-        opened = ch.open_job(frame.numpy(), plain.numpy(), aad, collective=self.where, step=s)
+        opened = ch.open_job(frame.numpy(), plain.numpy(), aad, collective=self.where, step=s, segment=j)
         as_dtype = plain.view(self.flat.dtype)
 
         def open_and_reduce() -> None:

@@ -71,7 +71,8 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
             frame = up_rx[i][j]
             if secure:
                 out = plain[:per_frame[j]]
-                g.rx(c).open(frame.numpy(), out.numpy(), ctx(Phase.TREE_UP, j, c, g.rank), collective=where, step=0)
+                g.rx(c).open(frame.numpy(), out.numpy(), ctx(Phase.TREE_UP, j, c, g.rank), collective=where, step=0,
+                             segment=j)
                 frame = out
             flat[a:b].add_(frame.view(flat.dtype))
         if parent is not None:
@@ -82,7 +83,7 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
             region = u8[a * isz:b * isz]
             if secure:
                 g.rx(parent).open(down_rx[0][j].numpy(), region.numpy(), ctx(Phase.TREE_DOWN, j, parent, g.rank),
-                                  collective=where, step=1)
+                                  collective=where, step=1, segment=j)
             else:
                 region.copy_(down_rx[0][j])
         for i, c in enumerate(children):

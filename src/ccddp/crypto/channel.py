@@ -118,7 +118,8 @@ class LinkChannel:
 
         return job
 
-    def open_job(self, frame, out, aad: bytes, *, collective: str = "?", step: int | str = "?") -> Job:
+    def open_job(self, frame, out, aad: bytes, *, collective: str = "?", step: int | str = "?",
+                 segment: int | None = None) -> Job:
         """Take the next expected nonce now; return a job that verifies ``frame`` and writes
         the plaintext into ``out``, or zeroes ``out`` and raises :class:`IntegrityError`."""
         aead, nonce = self._take()
@@ -129,17 +130,19 @@ class LinkChannel:
             if len(frame) != n + TAG_BYTES:
                 self.failure = "truncated or padded frame"
                 raise FrameFormatError(f"frame is {len(frame)} bytes, expected {n + TAG_BYTES}",
-                                       link=self.name, collective=collective, step=step)
+                                       link=self.name, collective=collective, step=step, segment=segment)
             t0 = time.perf_counter()
             try:
                 aead.decrypt_into(nonce, frame, aad, out)
             except InvalidTag:
                 # OpenSSL writes plaintext before it checks the tag: never leave it behind.
                 memoryview(out).cast("B")[:] = bytes(n)
-                self.failure = f"authentication failed in {collective} step {step}"
+                self.failure = f"authentication failed in {collective} step {step}" + (
+                    f" segment {segment}" if segment is not None else "")
                 raise IntegrityError("frame failed authentication (tampered, replayed, reordered, "
                                      "dropped, spliced or wrong key)",
-                                     link=self.name, collective=collective, step=step) from None
+                                     link=self.name, collective=collective, step=step,
+                                     segment=segment) from None
             counters.add_frame(False, n, time.perf_counter() - t0)
 
         return job
@@ -147,5 +150,6 @@ class LinkChannel:
     def seal(self, plaintext, frame, aad: bytes) -> None:
         self.seal_job(plaintext, frame, aad)()
 
-    def open(self, frame, out, aad: bytes, *, collective: str = "?", step: int | str = "?") -> None:
-        self.open_job(frame, out, aad, collective=collective, step=step)()
+    def open(self, frame, out, aad: bytes, *, collective: str = "?", step: int | str = "?",
+             segment: int | None = None) -> None:
+        self.open_job(frame, out, aad, collective=collective, step=step, segment=segment)()
