@@ -62,3 +62,43 @@ def test_user_errors_are_one_line():
         assert r.returncode == 2, (args, r.stderr)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and expect in lines[0] and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_memory_estimate_counts_each_schedules_frames(monkeypatch):
+    import pytest
+
+    from ccddp.bench import memory
+    from ccddp.errors import ConfigError
+    from ccddp.workloads import get_workload
+
+    wl = get_workload("gpt2-xl", dtype="bfloat16")
+    params = wl.num_params * 2
+    off = memory.estimate_bytes(wl, 2)
+    assert off == int(2 * 2.5 * params)
+    # Naive: a receive and a send frame of a whole chunk (DDP's first bucket is every
+    # gradient); pipelined: at most two rounds' worth, whatever the model.
+    assert memory.frame_bytes(wl, 2, "naive") == int(2 * params / 2)
+    assert memory.frame_bytes(wl, 4, "naive") == int(2 * params / 4)
+    assert memory.frame_bytes(wl, 2, "pipelined") == 2 * (256 << 20)
+    assert memory.estimate_bytes(wl, 2, 2, "naive") > memory.estimate_bytes(wl, 2, 2, "pipelined") > off
+    # A request that fits CC-off-and-pipelined but not with naive's frames is refused in one
+    # line that names the fix.
+    have = memory.estimate_bytes(wl, 2, 2, "pipelined") + (1 << 30)
+    monkeypatch.setattr(memory, "available_bytes", lambda: have)
+    memory.check_fits(wl, 2, 2, "pipelined")
+    with pytest.raises(ConfigError, match="naive frames.*--schedule pipelined"):
+        memory.check_fits(wl, 2, 2, "naive")
+
+
+def test_a_rank_killed_by_the_kernel_is_reported_as_such():
+    from ccddp.bench.launch import reason
+
+    stderr = """E1122 09:43:20.000000 17566 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 17612) of binary: /usr/bin/python
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+  exitcode  : -9 (pid: 17612)  (SIGKILL)
+"""
+    line = reason(stderr)
+    assert "local rank 1" in line and "SIGKILL" in line and "out-of-memory" in line, line
+    # A ccddp error on another rank still wins: it says what went wrong first.
+    assert reason(stderr + "[rank0]: ccddp: error: rank 0: ConfigError: x\n").startswith("ccddp: error: rank 0")

@@ -211,3 +211,63 @@ def test_large_collectives_run_in_rounds_of_bounded_memory(world_size):
             assert 0 < arena <= budget + 3 * 2 * (n - 1) * 16 + 2 * (n - 1) * 4, (key, arena)
             if key.startswith("secure"):
                 assert seals == (n if "group-key" in key else 2 * (n - 1)), (key, seals)
+
+
+def _tree_rounds_rank(rank, n):
+    """The tree all-reduce under a round budget of a few segments: several rounds, equal to
+    torch.distributed, one message per link direction, frame arenas within the budget."""
+    import torch.distributed as dist
+
+    import ccddp.comm.pipeline as pipeline
+    import ccddp.comm.tree as tree
+    from ccddp.comm import all_reduce
+
+    # Receiving links of the busiest rank: root 2 children; from 5 ranks rank 1 has 3 links.
+    links = max(len(c) + (p is not None) for p, c in (tree.tree_links(r, n) for r in range(n)))
+    assert links == (3 if n >= 5 else 2)
+    pipeline.ROUND_BYTES = 3 * (1024 + 16) * links          # 3 segment indices per round
+    rounds, asked = [], []
+    real_round = tree._tree_round
+
+    def counted(*a, **k):
+        rounds.append(len(a[5]))
+        return real_round(*a, **k)
+
+    tree._tree_round = counted
+    out = {}
+    for impl in ("ring", "secure"):
+        g = _group(impl, algorithm="tree", segment_bytes=1024)
+        real_buffer = g.buffer
+
+        def buffer(name, nbytes, real_buffer=real_buffer):
+            if name.startswith("tree-") and name.endswith("rx"):
+                asked.append(nbytes)
+            return real_buffer(name, nbytes)
+
+        g.buffer = buffer
+        x = torch.randn(10_007, generator=torch.Generator().manual_seed(rank))
+        ref = x.clone()
+        dist.all_reduce(ref)
+        rounds[:], asked[:] = [], []
+        before = g.counters.snapshot()
+        ok = torch.allclose(all_reduce(x, g), ref, atol=1e-4)
+        after = g.counters.snapshot()
+        out[impl] = (bool(ok), list(rounds), max(asked, default=0), after["seals"] - before["seals"])
+        g.close()
+    return out
+
+
+@pytest.mark.parametrize("world_size", [3, 5])
+def test_tree_all_reduce_runs_in_rounds_of_bounded_memory(world_size):
+    from ccddp.comm.tree import tree_links
+
+    for rank, res in enumerate(run_ranks(_tree_rounds_rank, world_size)):
+        parent, children = tree_links(rank, world_size)
+        for impl, (ok, rounds, asked, seals) in res.items():
+            assert ok, (impl, rank)
+            # 10_007 float32 = 40 segments of 1 KiB; 3 indices per round on every rank.
+            assert rounds == [3] * 13 + [1], (impl, rank, rounds)
+            # Receive arena of one round: (links in) x 3 segments + tags, never the whole buffer.
+            assert asked <= 3 * 3 * (1024 + 16), (impl, rank, asked)
+            if impl == "secure":
+                assert seals == len(children) + (parent is not None), (rank, seals)

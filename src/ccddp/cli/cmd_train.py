@@ -52,7 +52,8 @@ def check_request(args: argparse.Namespace) -> None:
     if args.nnodes > 1 and args.cc == "on" and not (os.environ.get(ENV_SECRET) or os.environ.get(ENV_SECRET_FILE)):
         raise ConfigError(f"with --nnodes > 1 every node needs the same group secret: set {ENV_SECRET} "
                           f"or {ENV_SECRET_FILE} on each node")
-    check_fits(workload_from(args), args.world_size)
+    check_fits(workload_from(args), args.world_size, args.world_size * args.nnodes,
+               args.schedule if args.cc == "on" else None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,44 +18,50 @@ from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int) -> None:
     """Run ``steps`` on ``flat`` in place, one whole-chunk message per step (cut into
     frames only where a chunk exceeds what one AES-GCM call takes)."""
+    for st in steps:
+        # One call per step: its chunk-sized frames are released before the next step
+        # allocates its own (for DDP's first-iteration bucket each is GBs).
+        _run_step(g, flat, st, op, seq)
+
+
+def _frames(g: SecureGroup, region: tuple[int, int], isz: int, name: str) -> list:
+    """``(j, a, b, nbytes, frame)`` per AEAD frame of ``region``, in one arena."""
+    segs = segment_bounds(*region, max(1, MAX_FRAME_BYTES // isz))
+    arena = g.buffer(name, sum((b - a) * isz + TAG_BYTES for a, b in segs))
+    out, off = [], 0
+    for j, (a, b) in enumerate(segs):
+        n = (b - a) * isz
+        out.append((j, a, b, n, arena[off:off + n + TAG_BYTES]))
+        off += n + TAG_BYTES
+    return out
+
+
+def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int) -> None:
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     where = f"{op.name.lower()}#{seq}"
-    per_frame = max(1, MAX_FRAME_BYTES // isz)
-
-    def frames(region, name):
-        segs = segment_bounds(*region, per_frame)
-        arena = g.buffer(name, sum((b - a) * isz + TAG_BYTES for a, b in segs))
-        out, off = [], 0
-        for j, (a, b) in enumerate(segs):
-            n = (b - a) * isz
-            out.append((j, a, b, n, arena[off:off + n + TAG_BYTES]))
-            off += n + TAG_BYTES
-        return out
-
-    for st in steps:
-        recvs, sends = [], []
-        if st.recv_peer is not None:
-            recvs = [(f, tr.irecv(f[4], st.recv_peer)) for f in frames(st.recv_region, "rx")]
-        if st.send_peer is not None:
-            for j, a, b, n, frame in frames(st.send_region, "tx"):
-                aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, g.rank, st.send_peer,
-                                   n, dtype).pack()
-                g.tx(st.send_peer).seal(u8[a * isz:b * isz].numpy(), frame.numpy(), aad)
-                sends.append(tr.isend(frame, st.send_peer))
-            g.counters.add_message(sealed=True)
-        for (j, a, b, n, rx_frame), work in recvs:
-            tr.wait(work, st.recv_peer, f"receive in {where} step {st.index}")
-            aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, st.recv_peer, g.rank,
+    recvs, sends = [], []
+    if st.recv_peer is not None:
+        recvs = [(f, tr.irecv(f[4], st.recv_peer)) for f in _frames(g, st.recv_region, isz, "rx")]
+    if st.send_peer is not None:
+        for j, a, b, n, frame in _frames(g, st.send_region, isz, "tx"):
+            aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, g.rank, st.send_peer,
                                n, dtype).pack()
-            if st.action == "copy":
-                g.rx(st.recv_peer).open(rx_frame.numpy(), u8[a * isz:b * isz].numpy(), aad,
-                                        collective=where, step=st.index, segment=j)
-            else:
-                plain = rx_frame[:n]  # opened in place, as in the pipelined engine
-                g.rx(st.recv_peer).open(rx_frame.numpy(), plain.numpy(), aad, collective=where, step=st.index,
-                                        segment=j)
-                flat[a:b].add_(plain.view(flat.dtype))
-        if recvs:
-            g.counters.add_message(sealed=False)
-        for work in sends:
-            tr.wait(work, st.send_peer, f"send in {where} step {st.index}")
+            g.tx(st.send_peer).seal(u8[a * isz:b * isz].numpy(), frame.numpy(), aad)
+            sends.append(tr.isend(frame, st.send_peer))
+        g.counters.add_message(sealed=True)
+    for (j, a, b, n, rx_frame), work in recvs:
+        tr.wait(work, st.recv_peer, f"receive in {where} step {st.index}")
+        aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, st.recv_peer, g.rank,
+                           n, dtype).pack()
+        if st.action == "copy":
+            g.rx(st.recv_peer).open(rx_frame.numpy(), u8[a * isz:b * isz].numpy(), aad,
+                                    collective=where, step=st.index, segment=j)
+        else:
+            plain = rx_frame[:n]  # opened in place, as in the pipelined engine
+            g.rx(st.recv_peer).open(rx_frame.numpy(), plain.numpy(), aad, collective=where, step=st.index,
+                                    segment=j)
+            flat[a:b].add_(plain.view(flat.dtype))
+    if recvs:
+        g.counters.add_message(sealed=False)
+    for work in sends:
+        tr.wait(work, st.send_peer, f"send in {where} step {st.index}")

@@ -4,6 +4,10 @@ Kept to measure the paper's ring-vs-tree argument (§IV-C-2): a middle rank open
 from two children and its parent and seals for its parent and two children, each frame
 the whole buffer, while a ring rank handles ``1/n`` of it per step. Segments are sent
 asynchronously as soon as they are ready; crypto runs on the calling thread.
+
+Memory is bounded as in the pipelined ring: segment ``j`` goes down the tree once it has
+come up, so segments run in rounds whose receive frames fit ``ROUND_BYTES``; both ends of
+every link walk rounds and segments in the same order, so frames and nonces line up.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from ccddp.comm.group import SecureGroup
+from ccddp.comm import pipeline
 from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.plan import segment_bounds
 from ccddp.crypto.aad import FrameContext, Op, Phase
@@ -25,35 +30,56 @@ def tree_links(rank: int, n: int) -> tuple[int | None, list[int]]:
 
 def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: bool,
                        seg_bytes: int | None) -> None:
-    isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
-    op, where = Op.TREE_ALL_REDUCE, f"tree_all_reduce#{seq}"
     parent, children = tree_links(g.rank, g.world_size)
+    isz = flat.element_size()
     segs = segment_bounds(0, flat.numel(), max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // isz))
     tag = TAG_BYTES if secure else 0
-    nbytes = flat.numel() * isz
-    per_frame = [(b - a) * isz for a, b in segs]
+    links_in = len(children) + (parent is not None)
+    # Every rank takes the same segment indices per round (sized for the rank with the
+    # most receiving links), so both ends of a link agree on where rounds end.
+    most_links = max(len(c) + (p is not None) for p, c in (tree_links(r, g.world_size) for r in range(g.world_size)))
+    per_index = max(1, most_links * (max(b - a for a, b in segs) * isz + tag))
+    per_round = max(1, pipeline.ROUND_BYTES // per_index)
+    for first in range(0, len(segs), per_round):
+        _tree_round(g, flat, seq, secure, segs, range(first, min(first + per_round, len(segs))), parent, children)
+    if secure:
+        # Messages: one per link direction, however many segments or rounds it was cut into.
+        for _ in range(links_in):
+            g.counters.add_message(sealed=True)
+            g.counters.add_message(sealed=False)
+
+
+def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_segs: list, js: range,
+                parent: int | None, children: list[int]) -> None:
+    """Segments ``js`` up the tree and back down; returns when all their frames are done."""
+    isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
+    op, where = Op.TREE_ALL_REDUCE, f"tree_all_reduce#{seq}"
+    segs = {j: all_segs[j] for j in js}
+    tag = TAG_BYTES if secure else 0
+    per_frame = {j: (b - a) * isz for j, (a, b) in segs.items()}
+    round_bytes = sum(per_frame.values()) + tag * len(js)
 
     def ctx(phase: Phase, j: int, src: int, dst: int) -> bytes:
         return FrameContext(g.session_id, seq, op, phase, 0, j, src, dst, per_frame[j], dtype).pack()
 
-    def frames(name: str, count: int) -> list[list[torch.Tensor]]:
-        arena = g.buffer(name, count * (nbytes + tag * len(segs)))
+    def frames(name: str, count: int) -> list[dict[int, torch.Tensor]]:
+        arena = g.buffer(name, count * round_bytes)
         out, off = [], 0
         for _ in range(count):
-            row = []
-            for n in per_frame:
-                row.append(arena[off:off + n + tag])
-                off += n + tag
+            row = {}
+            for j in js:
+                row[j] = arena[off:off + per_frame[j] + tag]
+                off += per_frame[j] + tag
             out.append(row)
         return out
 
     up_rx = frames("tree-up-rx", len(children))
-    up_work = [[tr.irecv(f, c) for f in up_rx[i]] for i, c in enumerate(children)]
+    up_work = [{j: tr.irecv(f, c) for j, f in up_rx[i].items()} for i, c in enumerate(children)]
     down_rx = frames("tree-down-rx", 1 if parent is not None else 0)
-    down_work = [tr.irecv(f, parent) for f in down_rx[0]] if parent is not None else []
+    down_work = {j: tr.irecv(f, parent) for j, f in down_rx[0].items()} if parent is not None else {}
     tx = frames("tree-tx", 1 + len(children)) if secure else None
     sends = []
-    plain = g.buffer("plain", max(per_frame)) if secure else None
+    plain = g.buffer("plain", max(per_frame.values())) if secure else None
 
     def seal_and_send(j: int, dst: int, slot: int, phase: Phase) -> None:
         a, b = segs[j]
@@ -65,7 +91,8 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
             frame = region
         sends.append((tr.isend(frame, dst), dst))
 
-    for j, (a, b) in enumerate(segs):
+    for j in js:
+        a, b = segs[j]
         for i, c in enumerate(children):
             tr.wait(up_work[i][j], c, f"receive in {where}")
             frame = up_rx[i][j]
@@ -77,7 +104,8 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
             flat[a:b].add_(frame.view(flat.dtype))
         if parent is not None:
             seal_and_send(j, parent, 0, Phase.TREE_UP)
-    for j, (a, b) in enumerate(segs):
+    for j in js:
+        a, b = segs[j]
         if parent is not None:
             tr.wait(down_work[j], parent, f"receive in {where}")
             region = u8[a * isz:b * isz]
@@ -88,10 +116,5 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
                 region.copy_(down_rx[0][j])
         for i, c in enumerate(children):
             seal_and_send(j, c, 1 + i, Phase.TREE_DOWN)
-    if secure:
-        # Messages: one per link direction, however many segments it was cut into.
-        for _ in range(len(children) + (parent is not None)):
-            g.counters.add_message(sealed=True)
-            g.counters.add_message(sealed=False)
     for w, peer in sends:
         tr.wait(w, peer, f"send in {where}")
