@@ -102,8 +102,8 @@ def test_cc_on_equals_cc_off_at_world_size_2():
 
 
 def test_cc_on_equals_cc_off_at_world_size_3():
-    res = run_ranks(_train_off_then_on, 3, ["bert-base", "graphsage", "resnet50"], timeout=300)
-    for w in ("bert-base", "graphsage", "resnet50"):
+    res = run_ranks(_train_off_then_on, 3, FAMILIES, timeout=300)
+    for w in FAMILIES:
         off, on = res[0][w]
         assert torch.allclose(on["params"], off["params"], rtol=1e-5, atol=1e-6), w
         assert torch.equal(on["params"], res[2][w][1]["params"]), "ranks must end identical"
