@@ -47,6 +47,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ccddp.bench.machine import process_cpu_seconds
+from ccddp.comm.group import all_gather_flat
 
 SCHEMA = "ccddp.calibrate/1"
 KIB, MIB = 1 << 10, 1 << 20
@@ -263,7 +264,7 @@ def p2p_bench(fast: bool) -> dict:
     keys = ("seal_fixed_us", "open_fixed_us", "seal_gbps", "open_gbps")
     mine = [crypto[k] for k in keys] + [rates[k] for k in sorted(rates)]
     everyone = torch.zeros(n * len(mine), dtype=torch.float64)
-    dist.all_gather_into_tensor(everyone, torch.tensor(mine, dtype=torch.float64))
+    all_gather_flat(everyone, torch.tensor(mine, dtype=torch.float64))
     med = everyone.view(n, len(mine)).median(dim=0).values.tolist()
     out["concurrent"] = dict(zip(list(keys) + sorted(rates), med))
 

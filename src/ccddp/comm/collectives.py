@@ -23,7 +23,7 @@ import struct
 import torch
 import torch.distributed as dist
 
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.group import SecureGroup, all_gather_flat
 from ccddp.comm.naive import run_naive
 from ccddp.comm.pipeline import dtype_name, run_pipelined
 from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan
@@ -157,7 +157,7 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, group: SecureGroup) ->
         raise ConfigError(f"all_gather: output must hold world_size x input elements of the same dtype "
                           f"({out.numel()} {out.dtype} vs {n} x {inp.numel()} {inp.dtype})")
     if group.settings.impl == "gloo":
-        dist.all_gather_into_tensor(output, input, group=group.pg)
+        all_gather_flat(output, input, group=group.pg)
         return output
     a, b = chunk_bounds(out.numel(), n)[group.rank]
     out[a:b].copy_(inp)

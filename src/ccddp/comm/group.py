@@ -34,6 +34,14 @@ _GROUP_LINK_BASE = 0xFFFF0000
 _MAX_CACHED_BYTES = 256 << 20
 
 
+def all_gather_flat(output: torch.Tensor, input: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
+    """torch.distributed's plaintext all-gather into one flat tensor, under the name the
+    running torch has: ``all_gather_single`` where it exists (newer versions deprecate
+    ``all_gather_into_tensor`` with a warning on every call), else the older name."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(output, input, group=group)
+
+
 def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None) -> list[bytes]:
     """All-gather one byte string per rank over ``pg`` (untrusted): plain uint8 tensors,
     never pickle, because ``*_object`` collectives unpickle what peers send and the host
@@ -45,7 +53,7 @@ def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None) -> list[byt
     """
     n = dist.get_world_size(pg)
     sizes = torch.zeros(n, dtype=torch.int64)
-    dist.all_gather_into_tensor(sizes, torch.tensor([len(blob)], dtype=torch.int64), group=pg)
+    all_gather_flat(sizes, torch.tensor([len(blob)], dtype=torch.int64), group=pg)
     width = max(1, int(sizes.max()))
     if width > 1 << 26 or int(sizes.min()) < 0:
         raise ConfigError(f"a rank announced a control message of {width} bytes; refusing it")
@@ -53,7 +61,7 @@ def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None) -> list[byt
     if blob:
         mine[:len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
     everyone = torch.empty(n * width, dtype=torch.uint8)
-    dist.all_gather_into_tensor(everyone, mine, group=pg)
+    all_gather_flat(everyone, mine, group=pg)
     raw = everyone.numpy().tobytes()
     return [raw[r * width:r * width + int(sizes[r])] for r in range(n)]
 
