@@ -51,7 +51,7 @@ def wait_quiet(threshold: float = 0.10, max_wait_s: float = 7200) -> None:
             return
 
 
-def measure(cmd: list[str], path: str) -> tuple[int, float, str]:
+def measure(cmd: list[str]) -> tuple[int, float, str]:
     """Run ``cmd``; return (exit status, share of the machine's CPU other processes took
     while it ran, stderr tail)."""
     clk = os.sysconf("SC_CLK_TCK")
@@ -92,7 +92,7 @@ def main() -> int:
                     best = None
                     for attempt in range(3):
                         wait_quiet()
-                        rc, other, err = measure(cmd, path)
+                        rc, other, err = measure(cmd)
                         print(f"{time.strftime('%H:%M:%S')} {name} attempt {attempt} rc {rc} "
                               f"other-cpu {other:.0%}", flush=True)
                         if rc != 0:

@@ -57,17 +57,20 @@ def reason(stderr: str) -> str:
     """The most telling line of a failed run's stderr: a ccddp error if there is one, else
     a rank the kernel killed (SIGKILL: almost always its out-of-memory killer)."""
     lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
-    for marker in ("ccddp: error:", "IntegrityError", "ConfigError", "PeerTimeoutError"):
-        for ln in lines:
-            if marker in ln:
-                return ln.split("]:", 1)[-1].strip()[:500]
+
+    def first(*markers: str) -> str | None:
+        for marker in markers:
+            for ln in lines:
+                if marker in ln:
+                    return ln.split("]:", 1)[-1].strip()[:500]
+        return None
+
+    found = first("ccddp: error:", "IntegrityError", "ConfigError", "PeerTimeoutError")
+    if found:
+        return found
     killed = re.search(r"failed \(exitcode: -9\) local_rank: (\d+)", stderr or "")
     if killed:
         return (f"local rank {killed.group(1)} was killed with SIGKILL, most likely by the kernel's "
                 "out-of-memory killer: use fewer ranks, a smaller batch or --dtype bfloat16, "
                 "or the pipelined schedule")
-    for marker in ("Error:",):
-        for ln in lines:
-            if marker in ln:
-                return ln.split("]:", 1)[-1].strip()[:500]
-    return lines[-1][:500] if lines else "no output"
+    return first("Error:") or (lines[-1][:500] if lines else "no output")

@@ -25,14 +25,9 @@ def available_bytes() -> int | None:
     return None
 
 
-def _param_bytes(workload) -> int:
-    itemsize = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(workload.param_dtype).removeprefix("torch."), 4)
-    return workload.num_params * itemsize
-
-
 def frame_bytes(workload, world_size: int, schedule: str | None) -> int:
     """Per-rank frame buffers of a CC-on schedule (``None``: CC-off, none)."""
-    chunk = _param_bytes(workload) / max(1, world_size)
+    chunk = workload.param_bytes / max(1, world_size)
     if schedule == "naive":
         return int(_NAIVE_CHUNKS * chunk)
     if schedule == "pipelined":
@@ -43,7 +38,7 @@ def frame_bytes(workload, world_size: int, schedule: str | None) -> int:
 
 def estimate_bytes(workload, ranks: int, world_size: int | None = None, schedule: str | None = None) -> int:
     """Bytes ``ranks`` local ranks need, of a job of ``world_size`` ranks (default: ``ranks``)."""
-    per_rank = _param_bytes(workload) * _COPIES + frame_bytes(workload, world_size or ranks, schedule)
+    per_rank = workload.param_bytes * _COPIES + frame_bytes(workload, world_size or ranks, schedule)
     return int(per_rank * ranks)
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from ccddp.comm.group import SecureGroup
 from ccddp.comm import pipeline
+from ccddp.comm.group import SecureGroup
 from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.plan import segment_bounds
 from ccddp.crypto.aad import FrameContext, Op, Phase
@@ -28,23 +28,28 @@ def tree_links(rank: int, n: int) -> tuple[int | None, list[int]]:
     return parent, [c for c in (2 * rank + 1, 2 * rank + 2) if c < n]
 
 
+def _links_in(rank: int, n: int) -> int:
+    """Links ``rank`` receives on: one from each child and, going down, one from its parent."""
+    parent, children = tree_links(rank, n)
+    return len(children) + (parent is not None)
+
+
 def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: bool,
                        seg_bytes: int | None) -> None:
     parent, children = tree_links(g.rank, g.world_size)
     isz = flat.element_size()
     segs = segment_bounds(0, flat.numel(), max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // isz))
     tag = TAG_BYTES if secure else 0
-    links_in = len(children) + (parent is not None)
     # Every rank takes the same segment indices per round (sized for the rank with the
     # most receiving links), so both ends of a link agree on where rounds end.
-    most_links = max(len(c) + (p is not None) for p, c in (tree_links(r, g.world_size) for r in range(g.world_size)))
+    most_links = max(_links_in(r, g.world_size) for r in range(g.world_size))
     per_index = max(1, most_links * (max(b - a for a, b in segs) * isz + tag))
     per_round = max(1, pipeline.ROUND_BYTES // per_index)
     for first in range(0, len(segs), per_round):
         _tree_round(g, flat, seq, secure, segs, range(first, min(first + per_round, len(segs))), parent, children)
     if secure:
         # Messages: one per link direction, however many segments or rounds it was cut into.
-        for _ in range(links_in):
+        for _ in range(_links_in(g.rank, g.world_size)):
             g.counters.add_message(sealed=True)
             g.counters.add_message(sealed=False)
 

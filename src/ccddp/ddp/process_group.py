@@ -74,11 +74,9 @@ class SecureProcessGroup(dist.ProcessGroup):
         if opts.reduceOp != dist.ReduceOp.SUM:
             raise ConfigError("SecureProcessGroup.allreduce supports SUM only")
         for t in tensors:
-            if t.is_contiguous():
-                all_reduce(t, self.group)
-            else:
-                flat = t.contiguous()
-                all_reduce(flat, self.group)
+            flat = t.contiguous()  # t itself when it already is
+            all_reduce(flat, self.group)
+            if flat is not t:
                 t.copy_(flat)
         return _completed(tensors)
 

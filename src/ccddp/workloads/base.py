@@ -174,6 +174,11 @@ class Workload:
         return self._num_params
 
     @property
+    def param_bytes(self) -> int:
+        """Bytes of the trainable parameters (as many again for their gradients)."""
+        return self.num_params * torch.empty((), dtype=self.param_dtype).element_size()
+
+    @property
     def shapes(self) -> dict[str, Any]:
         """Everything this workload uses, for result files (JSON-serialisable)."""
         from ccddp.workloads.paper import PAPER
@@ -192,7 +197,7 @@ class Workload:
             "paper_batch_size": PAPER[self.name]["batch_size"],
             **{k: (list(v) if isinstance(v, tuple) else v) for k, v in self.settings.items()},
             "num_params": self.num_params,
-            "param_bytes": self.num_params * torch.empty((), dtype=self.param_dtype).element_size(),
+            "param_bytes": self.param_bytes,
             "dtype_reduced": reduced,
             "dtype_reason": reason,
         }
