@@ -271,3 +271,84 @@ def test_tree_all_reduce_runs_in_rounds_of_bounded_memory(world_size):
             assert asked <= 3 * 3 * (1024 + 16), (impl, rank, asked)
             if impl == "secure":
                 assert seals == len(children) + (parent is not None), (rank, seals)
+
+
+def _tagged_rank(rank, n):
+    """Records what a secure collective posts and waits on, in order, per implementation."""
+    import torch.distributed as dist
+
+    from ccddp.comm import CommSettings, SecureGroup, all_reduce, broadcast
+    from ccddp.comm.transport import Transport
+    from ccddp.crypto import GroupSecret
+    from ccddp.errors import ConfigError
+
+    class Recording(Transport):
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.events = []
+
+        def isend(self, frame, dst, tag=0):
+            self.events.append(("send", tag))
+            return super().isend(frame, dst, tag)
+
+        def irecv(self, frame, src, tag=0):
+            self.events.append(("recv", tag))
+            return super().irecv(frame, src, tag)
+
+        def wait(self, work, peer, what):
+            self.events.append(("wait", what))
+            return super().wait(work, peer, what)
+
+    out = {}
+    for impl, kw in [("secure", {}), ("secure-naive", {}), ("secure", {"algorithm": "tree"})]:
+        tr = Recording(dist.group.WORLD, 20)
+        g = SecureGroup(CommSettings(impl=impl, segment_bytes=1024, timeout_s=20, **kw),
+                        secret=GroupSecret(SECRET), transport=tr)
+        x = torch.arange(3000, dtype=torch.float32) + rank
+        all_reduce(x, g)
+        first = list(tr.events)
+        tr.events.clear()
+        all_reduce(x, g)
+        out[impl + str(kw)] = {"ok": bool(torch.equal(x, 2 * n * torch.arange(3000.0) + 2 * sum(range(n)))),
+                               "first": first, "second": list(tr.events)}
+    # Chain broadcast: the root receives nothing and still checks its descriptors.
+    g = SecureGroup(CommSettings(segment_bytes=1024, timeout_s=20), secret=GroupSecret(SECRET))
+    b = torch.full((100,), float(rank))
+    out["broadcast"] = bool((broadcast(b, 1, g) == 1).all())
+    # Lengths differ: both ranks say so, and neither buffer took a byte from the other.
+    x = torch.ones(2000 + rank)
+    try:
+        all_reduce(x, g)
+        out["mismatch"] = "returned"
+    except ConfigError as e:
+        out["mismatch"] = ("ConfigError", "differs between ranks" in str(e), bool((x == 1).all()))
+    return out
+
+
+def test_descriptors_travel_with_the_data_on_a_tag_of_their_own():
+    """The sealed descriptor no longer costs a round trip of its own: data receives and
+    the first sends are posted before the neighbour's descriptor is waited on, on a gloo
+    tag derived from the descriptor (the same on every rank, new for every collective);
+    ranks that disagree never pair up data messages and fail with a ConfigError."""
+    results = run_ranks(_tagged_rank, 2)
+    for key in ("secure{}", "secure-naive{}", "secure{'algorithm': 'tree'}"):
+        tags = []
+        for res in results:
+            r = res[key]
+            assert r["ok"], key
+            first = r["first"]
+            # Descriptor on tag 0 first, then data on one nonzero tag.
+            assert first[0] == ("recv", 0) and ("send", 0) in first[:2], (key, first[:4])
+            data = {e[1] for e in first if e[0] in ("send", "recv") and e[1] != 0}
+            assert len(data) == 1, (key, data)
+            first_wait = next(i for i, e in enumerate(first) if e[0] == "wait")
+            assert "descriptor" in first[first_wait][1], (key, first[first_wait])
+            posted_before = [e for e in first[:first_wait] if e[0] in ("send", "recv") and e[1] != 0]
+            assert any(e[0] == "recv" for e in posted_before), (key, first[:first_wait])
+            second = {e[1] for e in r["second"] if e[0] in ("send", "recv") and e[1] != 0}
+            tags.append((data.pop(), second.pop()))
+        assert tags[0] == tags[1], (key, tags)          # the ranks meet on one tag
+        assert tags[0][0] != tags[0][1], (key, tags)    # each collective has its own
+    for res in results:
+        assert res["broadcast"]
+        assert res["mismatch"] == ("ConfigError", True, True), res["mismatch"]

@@ -134,12 +134,12 @@ class _Tamper:
         self.nth = nth
         self.sent = 0
 
-    def isend(self, frame, dst):
+    def isend(self, frame, dst, tag=0):
         self.sent += 1
         if self.sent == self.nth:
             frame = frame.clone()
             frame[frame.numel() // 2] ^= 1
-        return self.inner.isend(frame, dst)
+        return self.inner.isend(frame, dst, tag)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -109,11 +109,11 @@ def _victim_rank(rank, n, timeout_s):
 
     class Freeze(_FaultTransport):
         # Frozen long enough for every peer to time out, then leaves the scenario.
-        def isend(self, frame, dst):
+        def isend(self, frame, dst, tag=0):
             if self.rank == self.victim and self.sent >= self.after:
                 time.sleep(timeout_s + 2)
                 raise _Frozen()
-            return super().isend(frame, dst)
+            return super().isend(frame, dst, tag)
 
     out = {}
     for action in ("silent", "kill"):

@@ -493,7 +493,7 @@ class _FaultTransport(Transport):
         super().__init__(pg, timeout_s)
         self.victim, self.after, self.action, self.sent = victim, after, action, 0
 
-    def isend(self, frame, dst):
+    def isend(self, frame, dst, tag=0):
         if self.rank == self.victim:
             self.sent += 1
             if self.sent > self.after:
@@ -501,7 +501,7 @@ class _FaultTransport(Transport):
                     os.kill(os.getpid(), signal.SIGKILL)
                 while True:  # alive, connections open, never answering
                     time.sleep(3600)
-        return super().isend(frame, dst)
+        return super().isend(frame, dst, tag)
 
 
 _FAULT_RULES = {

@@ -257,7 +257,10 @@ class AdversarialTransport(Transport):
                                  f"the attacked frame {size}; gloo needs equal sizes")
         return data
 
-    def isend(self, frame: torch.Tensor, dst: int):
+    def isend(self, frame: torch.Tensor, dst: int, tag: int = 0):
+        # Every frame travels on this transport's own tag, whatever ``tag`` the collective
+        # asked for: the host owns the wire, and one message order per link is what the
+        # rules (``nth``, drop, reorder) are defined on.
         with self._lock:
             index = self._send_index[dst]
             self._send_index[dst] += 1
@@ -317,7 +320,7 @@ class AdversarialTransport(Transport):
             time.sleep(min(0.01, max(0.0, end - time.monotonic())))
 
     # -- frames in ---------------------------------------------------------------------
-    def irecv(self, frame: torch.Tensor, src: int):
+    def irecv(self, frame: torch.Tensor, src: int, tag: int = 0):
         with self._lock:
             index = self._recv_index[src]
             self._recv_index[src] += 1

@@ -5,9 +5,10 @@ Each takes a :class:`SecureGroup` whose settings pick the implementation: ``gloo
 (the paper's emulation) or ``secure`` (pipelined). Reduction is SUM, in place, on CPU
 tensors of any dtype; results equal ``dist.all_reduce`` up to summation order.
 
-Before a secure collective each rank sends its ring neighbour a sealed descriptor (op,
-element count, dtype, settings): ranks that call different collectives fail at once with
-a :class:`ConfigError` that says what differs, instead of with a failed tag.
+With each secure collective each rank sends its ring neighbours a sealed descriptor (op,
+element count, dtype, settings), in the same round trip as the data: ranks that call
+different collectives fail at once with a :class:`ConfigError` that says what differs,
+instead of with a failed tag (see :class:`_Descriptors`).
 
 Example::
 
@@ -18,6 +19,8 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 
 import torch
@@ -30,7 +33,6 @@ from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan
 from ccddp.comm.tree import run_tree_allreduce, tree_links
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import TAG_BYTES
-from ccddp.crypto.keys import digest
 from ccddp.errors import ConfigError, PeerTimeoutError
 
 _DESC = struct.Struct(">BQ12sI16s")
@@ -46,8 +48,7 @@ def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
 
 
 def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int) -> bytes:
-    return _DESC.pack(int(op), numel, dtype.encode()[:12], root,
-                      bytes.fromhex(digest(g.settings.fingerprint().encode())))
+    return _DESC.pack(int(op), numel, dtype.encode()[:12], root, g.settings_digest)
 
 
 def _explain(blob: bytes) -> str:
@@ -56,57 +57,99 @@ def _explain(blob: bytes) -> str:
     return f"{Op(op).name.lower()} of {numel} {name} elements (root {root})"
 
 
-def _check_descriptors(g: SecureGroup, seq: int, mine: bytes, send_to: list[int], recv_from: list[int]) -> None:
-    """Exchange sealed descriptors with neighbours; a difference raises :class:`ConfigError`."""
-    tr, where = g.transport, f"descriptor#{seq}"
-    frames = {p: torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8) for p in recv_from}
-    works = {p: tr.irecv(frames[p], p) for p in recv_from}
-    sends = []
-    for p in send_to:
-        frame = torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8)
-        aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, g.rank, p, len(mine), "").pack()
-        g.tx(p).seal(mine, frame.numpy(), aad)
-        g.counters.add_message(sealed=True, control=True)
-        sends.append((tr.isend(frame, p), p))
-    mismatch = None
-    for p in recv_from:
-        tr.wait(works[p], p, f"descriptor exchange of collective #{seq}")
-        theirs = bytearray(len(mine))
-        aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, p, g.rank, len(mine), "").pack()
-        g.rx(p).open(frames[p].numpy(), theirs, aad, collective=where, step=0)
-        g.counters.add_message(sealed=False, control=True)
-        if bytes(theirs) != mine:
-            if theirs[-16:] != mine[-16:]:
-                mismatch = ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
-            else:
-                mismatch = ConfigError(f"collective #{seq} differs between ranks: rank {p} called "
-                                       f"{_explain(bytes(theirs))}, rank {g.rank} called {_explain(mine)}")
-            break
-    # Our own descriptors are delivered even when we stop: the neighbours then say what
-    # differs instead of timing out on a sender that exited.
-    for w, p in sends:
-        try:
-            tr.wait(w, p, f"descriptor exchange of collective #{seq}")
-        except PeerTimeoutError:
-            if mismatch is None:
-                raise
-    if mismatch is not None:
-        raise mismatch
+class _Descriptors:
+    """The sealed descriptor exchange of one collective, posted together with its data.
+
+    Each rank sends its neighbours a sealed descriptor (on tag 0) and then, without
+    waiting for theirs, posts the collective's data on a tag derived from its own
+    descriptor (:func:`data_tag`). Ranks that call the same collective meet on the same
+    tag, so the descriptor and the data travel in the same round trip; ranks that differ
+    post their data on different tags, gloo never pairs those messages (so it never sees a
+    frame of the wrong size, which it answers by aborting the process), and
+    :meth:`verify` -- run before the first data receive is waited on, and again at the
+    end -- raises the :class:`ConfigError` that says what differs. A tag is 31 bits of a
+    keyed hash: two different descriptors share one with probability 2^-31, and then the
+    data frames still fail their AAD check (or gloo stops on the size); none is accepted.
+    """
+
+    def __init__(self, g: SecureGroup, seq: int, mine: bytes, send_to: list[int], recv_from: list[int]) -> None:
+        self.g, self.seq, self.mine, self.recv_from = g, seq, mine, recv_from
+        self.tag = data_tag(g, seq, mine)
+        tr = g.transport
+        self.frames = {p: torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8) for p in recv_from}
+        self.works = {p: tr.irecv(self.frames[p], p) for p in recv_from}
+        self.sends = []
+        for p in send_to:
+            frame = torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8)
+            aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, g.rank, p, len(mine), "").pack()
+            g.tx(p).seal(mine, frame.numpy(), aad)
+            g.counters.add_message(sealed=True, control=True)
+            self.sends.append((tr.isend(frame, p), p))
+        self.done = False
+
+    def verify(self) -> None:
+        """Wait for the neighbours' descriptors and compare (once; later calls return)."""
+        if self.done:
+            return
+        self.done = True
+        g, seq, mine, tr = self.g, self.seq, self.mine, self.g.transport
+        mismatch = None
+        for p in self.recv_from:
+            tr.wait(self.works[p], p, f"descriptor exchange of collective #{seq}")
+            theirs = bytearray(len(mine))
+            aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, p, g.rank, len(mine), "").pack()
+            g.rx(p).open(self.frames[p].numpy(), theirs, aad, collective=f"descriptor#{seq}", step=0)
+            g.counters.add_message(sealed=False, control=True)
+            if bytes(theirs) != mine:
+                if theirs[-16:] != mine[-16:]:
+                    mismatch = ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
+                else:
+                    mismatch = ConfigError(f"collective #{seq} differs between ranks: rank {p} called "
+                                           f"{_explain(bytes(theirs))}, rank {g.rank} called {_explain(mine)}")
+                break
+        # Our own descriptors are delivered even when we stop: the neighbours then say what
+        # differs instead of timing out on a sender that exited.
+        for w, p in self.sends:
+            try:
+                tr.wait(w, p, f"descriptor exchange of collective #{seq}")
+            except PeerTimeoutError:
+                if mismatch is None:
+                    raise
+        if mismatch is not None:
+            raise mismatch
+
+
+def data_tag(g: SecureGroup, seq: int, descriptor: bytes) -> int:
+    """The gloo tag (1 .. 2^31-1) of collective ``seq``'s data: a keyed hash of its
+    descriptor, so only ranks that agree on the collective pair up their messages."""
+    mac = hmac.new(g.tag_key, seq.to_bytes(8, "big") + descriptor, hashlib.sha256).digest()
+    return 1 + int.from_bytes(mac[:8], "big") % ((1 << 31) - 2)
+
+
+def _exchange(g: SecureGroup, seq: int, op: Op, numel: int, dtype: str, root: int,
+              send_to: list[int], recv_from: list[int]) -> _Descriptors | None:
+    """Post the descriptor exchange, or None when these settings run without one."""
+    s = g.settings
+    if not (s.secure and s.check_descriptors):
+        return None
+    return _Descriptors(g, seq, _describe(g, op, numel, dtype, root), send_to, recv_from)
 
 
 def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, root: int = 0) -> None:
     s = g.settings
     seq = g.next_seq()
-    if s.secure and s.check_descriptors:
-        send_to = sorted({st.send_peer for st in steps if st.send_peer is not None})
-        recv_from = sorted({st.recv_peer for st in steps if st.recv_peer is not None})
-        _check_descriptors(g, seq, _describe(g, op, flat.numel(), dtype_name(flat), root), send_to, recv_from)
+    desc = _exchange(g, seq, op, flat.numel(), dtype_name(flat), root,
+                     sorted({st.send_peer for st in steps if st.send_peer is not None}),
+                     sorted({st.recv_peer for st in steps if st.recv_peer is not None}))
+    tag, gate = (desc.tag, desc.verify) if desc else (0, None)
     if s.impl == "secure-naive":
-        run_naive(g, flat, steps, op, seq)
+        run_naive(g, flat, steps, op, seq, tag=tag, gate=gate)
     else:
         seg = None if (s.tag == "message" and s.secure) else s.segment_bytes
         run_pipelined(g, flat, steps, op, seq, secure=s.secure, seg_bytes=seg,
-                      group_key=s.allgather == "group-key")
+                      group_key=s.allgather == "group-key", tag=tag, gate=gate)
+    if desc:
+        desc.verify()  # a rank that received no data (broadcast root) checks here
 
 
 def all_reduce(tensor: torch.Tensor, group: SecureGroup) -> torch.Tensor:
@@ -117,13 +160,14 @@ def all_reduce(tensor: torch.Tensor, group: SecureGroup) -> torch.Tensor:
         dist.all_reduce(tensor, group=group.pg)
     elif s.algorithm == "tree":
         seq = group.next_seq()
-        if s.secure and s.check_descriptors:
-            parent, children = tree_links(group.rank, group.world_size)
-            peers = children + ([parent] if parent is not None else [])
-            _check_descriptors(group, seq, _describe(group, Op.TREE_ALL_REDUCE, flat.numel(), dtype_name(flat), 0),
-                               peers, peers)
+        parent, children = tree_links(group.rank, group.world_size)
+        peers = children + ([parent] if parent is not None else [])
+        desc = _exchange(group, seq, Op.TREE_ALL_REDUCE, flat.numel(), dtype_name(flat), 0, peers, peers)
         seg = None if (s.tag == "message" or s.impl == "secure-naive") else s.segment_bytes
-        run_tree_allreduce(group, flat, seq, secure=s.secure, seg_bytes=seg)
+        run_tree_allreduce(group, flat, seq, secure=s.secure, seg_bytes=seg,
+                           tag=desc.tag if desc else 0, gate=desc.verify if desc else None)
+        if desc:
+            desc.verify()
     else:
         _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE)
     return tensor

@@ -25,7 +25,7 @@ from ccddp.crypto.channel import LinkChannel, NonceRecorder, link_id
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.engine import CryptoEngine
 from ccddp.crypto.establish import EstablishedKeys, KeyEstablishment
-from ccddp.crypto.keys import SESSION_ID_BYTES, GroupSecret, derive_link_key, derive_purpose_key
+from ccddp.crypto.keys import SESSION_ID_BYTES, GroupSecret, derive_link_key, derive_purpose_key, digest
 from ccddp.errors import ConfigError
 
 # Link ids above this mark group-key channels (owner in the low bits), so their nonces
@@ -104,6 +104,11 @@ class SecureGroup:
         self._buffers: dict[str, torch.Tensor] = {}
         self.session_id = session_id if session_id is not None else self._agree_session()
         self._check_agreement()
+        # What every collective's descriptor carries of the settings; computed once.
+        self.settings_digest = bytes.fromhex(digest(self.settings.fingerprint().encode()))[:16]
+        # Keys the gloo tags of collectives' data (collectives.data_tag): the tag is seen
+        # on the wire, and must not give away a hash of the descriptor it stands for.
+        self.tag_key = derive_purpose_key(secret, self.session_id, "p2p-tag") if secret else b""
         chains = self.settings.resolved_chains()
         # One chain: crypto on the calling thread; no pool hand-offs to pay for.
         self.engine = CryptoEngine(chains) if self.settings.secure and chains > 1 else None

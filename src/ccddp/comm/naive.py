@@ -6,6 +6,8 @@ it; nothing overlaps and all crypto runs on the calling thread (one chain).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ccddp.comm.group import SecureGroup
@@ -15,13 +17,15 @@ from ccddp.crypto.aad import FrameContext, Op
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 
 
-def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int) -> None:
+def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
+              tag: int = 0, gate: Callable[[], None] | None = None) -> None:
     """Run ``steps`` on ``flat`` in place, one whole-chunk message per step (cut into
-    frames only where a chunk exceeds what one AES-GCM call takes)."""
+    frames only where a chunk exceeds what one AES-GCM call takes), on gloo tag ``tag``;
+    ``gate`` (if any) runs before the first receive is waited on."""
     for st in steps:
         # One call per step: its chunk-sized frames are released before the next step
         # allocates its own (for DDP's first-iteration bucket each is GBs).
-        _run_step(g, flat, st, op, seq)
+        _run_step(g, flat, st, op, seq, tag, gate)
 
 
 def _frames(g: SecureGroup, region: tuple[int, int], isz: int, name: str) -> list:
@@ -36,19 +40,21 @@ def _frames(g: SecureGroup, region: tuple[int, int], isz: int, name: str) -> lis
     return out
 
 
-def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int) -> None:
+def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, tag: int, gate) -> None:
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     where = f"{op.name.lower()}#{seq}"
     recvs, sends = [], []
     if st.recv_peer is not None:
-        recvs = [(f, tr.irecv(f[4], st.recv_peer)) for f in _frames(g, st.recv_region, isz, "rx")]
+        recvs = [(f, tr.irecv(f[4], st.recv_peer, tag)) for f in _frames(g, st.recv_region, isz, "rx")]
     if st.send_peer is not None:
         for j, a, b, n, frame in _frames(g, st.send_region, isz, "tx"):
             aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, g.rank, st.send_peer,
                                n, dtype).pack()
             g.tx(st.send_peer).seal(u8[a * isz:b * isz].numpy(), frame.numpy(), aad)
-            sends.append(tr.isend(frame, st.send_peer))
+            sends.append(tr.isend(frame, st.send_peer, tag))
         g.counters.add_message(sealed=True)
+    if recvs and gate is not None:
+        gate()
     for (j, a, b, n, rx_frame), work in recvs:
         tr.wait(work, st.recv_peer, f"receive in {where} step {st.index}")
         aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, st.recv_peer, g.rank,

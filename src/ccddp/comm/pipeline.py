@@ -24,6 +24,7 @@ collectives, so this is written by hand.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import torch
 
@@ -56,8 +57,9 @@ def _run_all(jobs) -> None:
 
 class _Pipeline:
     def __init__(self, g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int,
-                 *, secure: bool, seg_bytes: int | None, group_key: bool) -> None:
+                 *, secure: bool, seg_bytes: int | None, group_key: bool, tag: int, gate) -> None:
         self.g, self.flat, self.steps, self.op, self.seq = g, flat, steps, op, seq
+        self.tag, self.gate = tag, gate
         self.secure = secure
         self.group_key = group_key and secure
         self.isz = flat.element_size()
@@ -120,7 +122,7 @@ class _Pipeline:
                     off += n
                 self.rx_frames[s, j] = frame
                 if frame.numel():
-                    self.rx_work[s, j] = self.g.transport.irecv(frame, st.recv_peer)
+                    self.rx_work[s, j] = self.g.transport.irecv(frame, st.recv_peer, self.tag)
         if self.secure:
             tx_bytes = sum((b - a) * self.isz + TAG_BYTES for s in range(len(self.steps))
                            if not self._forwards(s)
@@ -189,7 +191,7 @@ class _Pipeline:
             self.pending.popleft()
             if frame is not None and frame.numel():
                 peer = self.steps[s].send_peer
-                self.send_work.append((self.g.transport.isend(frame, peer), peer))
+                self.send_work.append((self.g.transport.isend(frame, peer, self.tag), peer))
 
     def run(self) -> None:
         per_round = self.segments_per_round()
@@ -216,6 +218,8 @@ class _Pipeline:
                     if w is not None:
                         if not w.is_completed():
                             self.flush(block=True)
+                        if self.gate is not None:
+                            self.gate()
                         tr.wait(w, steps[s - 1].recv_peer, f"receive in {self.where} step {s - 1}")
                     job = self.recv_job(s - 1, j)
                     if job is not None:
@@ -239,6 +243,9 @@ class _Pipeline:
 
 
 def run_pipelined(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
-                  secure: bool, seg_bytes: int | None, group_key: bool = False) -> None:
-    """Run ``steps`` on the 1-D contiguous CPU tensor ``flat`` in place."""
-    _Pipeline(g, flat, steps, op, seq, secure=secure, seg_bytes=seg_bytes, group_key=group_key).run()
+                  secure: bool, seg_bytes: int | None, group_key: bool = False, tag: int = 0,
+                  gate: Callable[[], None] | None = None) -> None:
+    """Run ``steps`` on the 1-D contiguous CPU tensor ``flat`` in place, its messages on
+    gloo tag ``tag``; ``gate`` (if any) runs before the first receive is waited on."""
+    _Pipeline(g, flat, steps, op, seq, secure=secure, seg_bytes=seg_bytes, group_key=group_key,
+              tag=tag, gate=gate).run()

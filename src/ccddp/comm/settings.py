@@ -41,7 +41,8 @@ class CommSettings:
     - ``rotate_after``: messages per link key before the key is ratcheted.
     - ``timeout_s``: how long any wait on a peer may take before ``PeerTimeoutError``.
     - ``check_descriptors``: exchange a sealed descriptor (op, length, dtype, settings) with
-      each neighbour before a collective, so mismatches fail with a clear message.
+      each neighbour, in the same round trip as the collective's data (which then travels
+      on a tag derived from it), so mismatches fail with a clear message.
     """
 
     impl: str = "secure"

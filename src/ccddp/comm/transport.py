@@ -21,6 +21,8 @@ class Transport:
     """Sends and receives uint8 tensors between ranks of one process group.
 
     Ranks are group ranks; they are translated to global ranks for torch.distributed.
+    gloo matches a receive to a send by peer and ``tag``, in posting order; a secure
+    collective sends its data on a tag of its own (see ``ccddp.comm.collectives``).
     """
 
     def __init__(self, pg: dist.ProcessGroup, timeout_s: float) -> None:
@@ -29,15 +31,15 @@ class Transport:
         self.timeout = timedelta(seconds=timeout_s)
         self._global = [dist.get_global_rank(pg, r) for r in range(dist.get_world_size(pg))]
 
-    def isend(self, frame: torch.Tensor, dst: int):
+    def isend(self, frame: torch.Tensor, dst: int, tag: int = 0):
         try:
-            return dist.isend(frame, self._global[dst], group=self.pg)
+            return dist.isend(frame, self._global[dst], group=self.pg, tag=tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot send to rank {dst}") from None
 
-    def irecv(self, frame: torch.Tensor, src: int):
+    def irecv(self, frame: torch.Tensor, src: int, tag: int = 0):
         try:
-            return dist.irecv(frame, self._global[src], group=self.pg)
+            return dist.irecv(frame, self._global[src], group=self.pg, tag=tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot receive from rank {src}") from None
 

@@ -12,6 +12,8 @@ every link walk rounds and segments in the same order, so frames and nonces line
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ccddp.comm import pipeline
@@ -35,18 +37,21 @@ def _links_in(rank: int, n: int) -> int:
 
 
 def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: bool,
-                       seg_bytes: int | None) -> None:
+                       seg_bytes: int | None, tag: int = 0, gate: Callable[[], None] | None = None) -> None:
+    """Sum ``flat`` over the group in place, its messages on gloo tag ``tag``; ``gate``
+    (if any) runs before the first receive is waited on."""
     parent, children = tree_links(g.rank, g.world_size)
     isz = flat.element_size()
     segs = segment_bounds(0, flat.numel(), max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // isz))
-    tag = TAG_BYTES if secure else 0
+    tag_bytes = TAG_BYTES if secure else 0
     # Every rank takes the same segment indices per round (sized for the rank with the
     # most receiving links), so both ends of a link agree on where rounds end.
     most_links = max(_links_in(r, g.world_size) for r in range(g.world_size))
-    per_index = max(1, most_links * (max(b - a for a, b in segs) * isz + tag))
+    per_index = max(1, most_links * (max(b - a for a, b in segs) * isz + tag_bytes))
     per_round = max(1, pipeline.ROUND_BYTES // per_index)
     for first in range(0, len(segs), per_round):
-        _tree_round(g, flat, seq, secure, segs, range(first, min(first + per_round, len(segs))), parent, children)
+        _tree_round(g, flat, seq, secure, segs, range(first, min(first + per_round, len(segs))), parent, children,
+                    tag, gate)
     if secure:
         # Messages: one per link direction, however many segments or rounds it was cut into.
         for _ in range(_links_in(g.rank, g.world_size)):
@@ -55,7 +60,7 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
 
 
 def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_segs: list, js: range,
-                parent: int | None, children: list[int]) -> None:
+                parent: int | None, children: list[int], p2p_tag: int, gate) -> None:
     """Segments ``js`` up the tree and back down; returns when all their frames are done."""
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     op, where = Op.TREE_ALL_REDUCE, f"tree_all_reduce#{seq}"
@@ -79,9 +84,9 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
         return out
 
     up_rx = frames("tree-up-rx", len(children))
-    up_work = [{j: tr.irecv(f, c) for j, f in up_rx[i].items()} for i, c in enumerate(children)]
+    up_work = [{j: tr.irecv(f, c, p2p_tag) for j, f in up_rx[i].items()} for i, c in enumerate(children)]
     down_rx = frames("tree-down-rx", 1 if parent is not None else 0)
-    down_work = {j: tr.irecv(f, parent) for j, f in down_rx[0].items()} if parent is not None else {}
+    down_work = {j: tr.irecv(f, parent, p2p_tag) for j, f in down_rx[0].items()} if parent is not None else {}
     tx = frames("tree-tx", 1 + len(children)) if secure else None
     sends = []
     plain = g.buffer("plain", max(per_frame.values())) if secure else None
@@ -94,12 +99,17 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
             g.tx(dst).seal(region.numpy(), frame.numpy(), ctx(phase, j, g.rank, dst))
         else:
             frame = region
-        sends.append((tr.isend(frame, dst), dst))
+        sends.append((tr.isend(frame, dst, p2p_tag), dst))
+
+    def wait_rx(work, peer: int) -> None:
+        if gate is not None:
+            gate()
+        tr.wait(work, peer, f"receive in {where}")
 
     for j in js:
         a, b = segs[j]
         for i, c in enumerate(children):
-            tr.wait(up_work[i][j], c, f"receive in {where}")
+            wait_rx(up_work[i][j], c)
             frame = up_rx[i][j]
             if secure:
                 out = plain[:per_frame[j]]
@@ -112,7 +122,7 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
     for j in js:
         a, b = segs[j]
         if parent is not None:
-            tr.wait(down_work[j], parent, f"receive in {where}")
+            wait_rx(down_work[j], parent)
             region = u8[a * isz:b * isz]
             if secure:
                 g.rx(parent).open(down_rx[0][j].numpy(), region.numpy(), ctx(Phase.TREE_DOWN, j, parent, g.rank),
