@@ -352,3 +352,37 @@ def test_descriptors_travel_with_the_data_on_a_tag_of_their_own():
     for res in results:
         assert res["broadcast"]
         assert res["mismatch"] == ("ConfigError", True, True), res["mismatch"]
+
+
+def _directions_rank(rank, n):
+    import torch.distributed as dist
+
+    from ccddp.comm import all_reduce
+
+    g = _group("secure")
+    sent_on, real_isend = [], dist.isend
+
+    def recording_isend(tensor, dst, group=None, tag=0):
+        sent_on.append((dst, "downward" if group is g.transport.downward else
+                        "main" if group is g.pg else "other"))
+        return real_isend(tensor, dst, group=group, tag=tag)
+
+    dist.isend = recording_isend
+    try:
+        x = torch.ones(5000)
+        all_reduce(x, g)
+    finally:
+        dist.isend = real_isend
+    return {"ok": bool((x == n).all()), "links": sorted(set(sent_on)),
+            "distinct": g.transport.downward is not None and g.transport.downward is not g.pg}
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_each_direction_of_a_link_has_its_own_connection(world_size):
+    """gloo serializes a connection's reads and writes: messages to a lower rank go on a
+    second process group, so a rank never waits for an incoming frame before sending."""
+    results = run_ranks(_directions_rank, world_size)
+    for rank, res in enumerate(results):
+        assert res["ok"] and res["distinct"], res
+        nxt = (rank + 1) % world_size
+        assert res["links"] == [(nxt, "main" if nxt > rank else "downward")], (rank, res["links"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -96,7 +97,16 @@ class SecureGroup:
         self.secret = secret
         self.recorder = recorder
         self.counters = CryptoCounters()
-        self.transport = transport or Transport(self.pg, self.settings.timeout_s)
+        self._downward: dist.ProcessGroup | None = None
+        if transport is None:
+            if self.settings.impl != "gloo":
+                # One connection per direction of each link (see Transport._link):
+                # 2-rank and tree collectives send and receive on the same link.
+                self._downward = dist.new_group(
+                    dist.get_process_group_ranks(self.pg), backend="gloo",
+                    timeout=timedelta(seconds=max(60.0, self.settings.timeout_s)), use_local_synchronization=True)
+            transport = Transport(self.pg, self.settings.timeout_s, downward=self._downward)
+        self.transport = transport
         self.seq = 0
         self._tx: dict[int, LinkChannel] = {}
         self._rx: dict[int, LinkChannel] = {}
@@ -200,6 +210,10 @@ class SecureGroup:
         return self.seq
 
     def close(self) -> None:
+        """Stop the crypto threads and drop the buffers. The second connection set
+        (``Transport.downward``) stays with torch.distributed until the process exits:
+        gloo closes sockets abortively, so destroying it could reset a connection a peer
+        is still reading its last frames from."""
         if self.engine is not None:
             self.engine.close()
             self.engine = None

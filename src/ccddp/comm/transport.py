@@ -25,21 +25,30 @@ class Transport:
     collective sends its data on a tag of its own (see ``ccddp.comm.collectives``).
     """
 
-    def __init__(self, pg: dist.ProcessGroup, timeout_s: float) -> None:
+    def __init__(self, pg: dist.ProcessGroup, timeout_s: float, *,
+                 downward: dist.ProcessGroup | None = None) -> None:
         self.pg = pg
+        self.downward = downward
         self.rank = dist.get_rank(pg)
         self.timeout = timedelta(seconds=timeout_s)
         self._global = [dist.get_global_rank(pg, r) for r in range(dist.get_world_size(pg))]
 
+    def _link(self, src: int, dst: int) -> dist.ProcessGroup:
+        # gloo serializes a connection's reads and writes on one lock, so a rank that
+        # sends to the peer it is receiving from (2 ranks, tree) would wait for the
+        # incoming message before it may start its own: with ``downward`` each direction
+        # of a link has a connection of its own.
+        return self.downward if self.downward is not None and src > dst else self.pg
+
     def isend(self, frame: torch.Tensor, dst: int, tag: int = 0):
         try:
-            return dist.isend(frame, self._global[dst], group=self.pg, tag=tag)
+            return dist.isend(frame, self._global[dst], group=self._link(self.rank, dst), tag=tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot send to rank {dst}") from None
 
     def irecv(self, frame: torch.Tensor, src: int, tag: int = 0):
         try:
-            return dist.irecv(frame, self._global[src], group=self.pg, tag=tag)
+            return dist.irecv(frame, self._global[src], group=self._link(src, self.rank), tag=tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot receive from rank {src}") from None
 
