@@ -126,12 +126,21 @@ def data_tag(g: SecureGroup, seq: int, descriptor: bytes) -> int:
     return 1 + int.from_bytes(mac[:8], "big") % ((1 << 31) - 2)
 
 
+class _Unchecked:
+    """Settings that run without descriptors: data on tag 0, nothing to verify."""
+
+    tag = 0
+
+    def verify(self) -> None:
+        pass
+
+
 def _exchange(g: SecureGroup, seq: int, op: Op, numel: int, dtype: str, root: int,
-              send_to: list[int], recv_from: list[int]) -> _Descriptors | None:
-    """Post the descriptor exchange, or None when these settings run without one."""
+              send_to: list[int], recv_from: list[int]) -> _Descriptors | _Unchecked:
+    """Post the descriptor exchange, if these settings run with one."""
     s = g.settings
     if not (s.secure and s.check_descriptors):
-        return None
+        return _Unchecked()
     return _Descriptors(g, seq, _describe(g, op, numel, dtype, root), send_to, recv_from)
 
 
@@ -141,15 +150,13 @@ def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, roo
     desc = _exchange(g, seq, op, flat.numel(), dtype_name(flat), root,
                      sorted({st.send_peer for st in steps if st.send_peer is not None}),
                      sorted({st.recv_peer for st in steps if st.recv_peer is not None}))
-    tag, gate = (desc.tag, desc.verify) if desc else (0, None)
     if s.impl == "secure-naive":
-        run_naive(g, flat, steps, op, seq, tag=tag, gate=gate)
+        run_naive(g, flat, steps, op, seq, tag=desc.tag, gate=desc.verify)
     else:
         seg = None if (s.tag == "message" and s.secure) else s.segment_bytes
         run_pipelined(g, flat, steps, op, seq, secure=s.secure, seg_bytes=seg,
-                      group_key=s.allgather == "group-key", tag=tag, gate=gate)
-    if desc:
-        desc.verify()  # a rank that received no data (broadcast root) checks here
+                      group_key=s.allgather == "group-key", tag=desc.tag, gate=desc.verify)
+    desc.verify()  # a rank that received no data (broadcast root) checks here
 
 
 def all_reduce(tensor: torch.Tensor, group: SecureGroup) -> torch.Tensor:
@@ -164,10 +171,8 @@ def all_reduce(tensor: torch.Tensor, group: SecureGroup) -> torch.Tensor:
         peers = children + ([parent] if parent is not None else [])
         desc = _exchange(group, seq, Op.TREE_ALL_REDUCE, flat.numel(), dtype_name(flat), 0, peers, peers)
         seg = None if (s.tag == "message" or s.impl == "secure-naive") else s.segment_bytes
-        run_tree_allreduce(group, flat, seq, secure=s.secure, seg_bytes=seg,
-                           tag=desc.tag if desc else 0, gate=desc.verify if desc else None)
-        if desc:
-            desc.verify()
+        run_tree_allreduce(group, flat, seq, secure=s.secure, seg_bytes=seg, tag=desc.tag, gate=desc.verify)
+        desc.verify()
     else:
         _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE)
     return tensor

@@ -97,15 +97,15 @@ class SecureGroup:
         self.secret = secret
         self.recorder = recorder
         self.counters = CryptoCounters()
-        self._downward: dist.ProcessGroup | None = None
         if transport is None:
+            downward = None
             if self.settings.impl != "gloo":
                 # One connection per direction of each link (see Transport._link):
                 # 2-rank and tree collectives send and receive on the same link.
-                self._downward = dist.new_group(
+                downward = dist.new_group(
                     dist.get_process_group_ranks(self.pg), backend="gloo",
                     timeout=timedelta(seconds=max(60.0, self.settings.timeout_s)), use_local_synchronization=True)
-            transport = Transport(self.pg, self.settings.timeout_s, downward=self._downward)
+            transport = Transport(self.pg, self.settings.timeout_s, downward=downward)
         self.transport = transport
         self.seq = 0
         self._tx: dict[int, LinkChannel] = {}

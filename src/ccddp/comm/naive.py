@@ -18,10 +18,10 @@ from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 
 
 def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
-              tag: int = 0, gate: Callable[[], None] | None = None) -> None:
+              tag: int, gate: Callable[[], None]) -> None:
     """Run ``steps`` on ``flat`` in place, one whole-chunk message per step (cut into
     frames only where a chunk exceeds what one AES-GCM call takes), on gloo tag ``tag``;
-    ``gate`` (if any) runs before the first receive is waited on."""
+    ``gate`` runs before a step's receives are waited on (it acts once)."""
     for st in steps:
         # One call per step: its chunk-sized frames are released before the next step
         # allocates its own (for DDP's first-iteration bucket each is GBs).
@@ -53,7 +53,7 @@ def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, ta
             g.tx(st.send_peer).seal(u8[a * isz:b * isz].numpy(), frame.numpy(), aad)
             sends.append(tr.isend(frame, st.send_peer, tag))
         g.counters.add_message(sealed=True)
-    if recvs and gate is not None:
+    if recvs:
         gate()
     for (j, a, b, n, rx_frame), work in recvs:
         tr.wait(work, st.recv_peer, f"receive in {where} step {st.index}")

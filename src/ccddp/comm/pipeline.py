@@ -218,8 +218,7 @@ class _Pipeline:
                     if w is not None:
                         if not w.is_completed():
                             self.flush(block=True)
-                        if self.gate is not None:
-                            self.gate()
+                        self.gate()
                         tr.wait(w, steps[s - 1].recv_peer, f"receive in {self.where} step {s - 1}")
                     job = self.recv_job(s - 1, j)
                     if job is not None:
@@ -243,9 +242,9 @@ class _Pipeline:
 
 
 def run_pipelined(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
-                  secure: bool, seg_bytes: int | None, group_key: bool = False, tag: int = 0,
-                  gate: Callable[[], None] | None = None) -> None:
+                  secure: bool, seg_bytes: int | None, group_key: bool = False, tag: int,
+                  gate: Callable[[], None]) -> None:
     """Run ``steps`` on the 1-D contiguous CPU tensor ``flat`` in place, its messages on
-    gloo tag ``tag``; ``gate`` (if any) runs before the first receive is waited on."""
+    gloo tag ``tag``; ``gate`` runs before every receive is waited on (it acts once)."""
     _Pipeline(g, flat, steps, op, seq, secure=secure, seg_bytes=seg_bytes, group_key=group_key,
               tag=tag, gate=gate).run()

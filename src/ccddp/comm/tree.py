@@ -37,9 +37,9 @@ def _links_in(rank: int, n: int) -> int:
 
 
 def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: bool,
-                       seg_bytes: int | None, tag: int = 0, gate: Callable[[], None] | None = None) -> None:
+                       seg_bytes: int | None, tag: int, gate: Callable[[], None]) -> None:
     """Sum ``flat`` over the group in place, its messages on gloo tag ``tag``; ``gate``
-    (if any) runs before the first receive is waited on."""
+    runs before every receive is waited on (it acts once)."""
     parent, children = tree_links(g.rank, g.world_size)
     isz = flat.element_size()
     segs = segment_bounds(0, flat.numel(), max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // isz))
@@ -60,14 +60,14 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
 
 
 def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_segs: list, js: range,
-                parent: int | None, children: list[int], p2p_tag: int, gate) -> None:
+                parent: int | None, children: list[int], tag: int, gate: Callable[[], None]) -> None:
     """Segments ``js`` up the tree and back down; returns when all their frames are done."""
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     op, where = Op.TREE_ALL_REDUCE, f"tree_all_reduce#{seq}"
     segs = {j: all_segs[j] for j in js}
-    tag = TAG_BYTES if secure else 0
+    tag_bytes = TAG_BYTES if secure else 0
     per_frame = {j: (b - a) * isz for j, (a, b) in segs.items()}
-    round_bytes = sum(per_frame.values()) + tag * len(js)
+    round_bytes = sum(per_frame.values()) + tag_bytes * len(js)
 
     def ctx(phase: Phase, j: int, src: int, dst: int) -> bytes:
         return FrameContext(g.session_id, seq, op, phase, 0, j, src, dst, per_frame[j], dtype).pack()
@@ -78,15 +78,15 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
         for _ in range(count):
             row = {}
             for j in js:
-                row[j] = arena[off:off + per_frame[j] + tag]
-                off += per_frame[j] + tag
+                row[j] = arena[off:off + per_frame[j] + tag_bytes]
+                off += per_frame[j] + tag_bytes
             out.append(row)
         return out
 
     up_rx = frames("tree-up-rx", len(children))
-    up_work = [{j: tr.irecv(f, c, p2p_tag) for j, f in up_rx[i].items()} for i, c in enumerate(children)]
+    up_work = [{j: tr.irecv(f, c, tag) for j, f in up_rx[i].items()} for i, c in enumerate(children)]
     down_rx = frames("tree-down-rx", 1 if parent is not None else 0)
-    down_work = {j: tr.irecv(f, parent, p2p_tag) for j, f in down_rx[0].items()} if parent is not None else {}
+    down_work = {j: tr.irecv(f, parent, tag) for j, f in down_rx[0].items()} if parent is not None else {}
     tx = frames("tree-tx", 1 + len(children)) if secure else None
     sends = []
     plain = g.buffer("plain", max(per_frame.values())) if secure else None
@@ -99,11 +99,10 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
             g.tx(dst).seal(region.numpy(), frame.numpy(), ctx(phase, j, g.rank, dst))
         else:
             frame = region
-        sends.append((tr.isend(frame, dst, p2p_tag), dst))
+        sends.append((tr.isend(frame, dst, tag), dst))
 
     def wait_rx(work, peer: int) -> None:
-        if gate is not None:
-            gate()
+        gate()
         tr.wait(work, peer, f"receive in {where}")
 
     for j in js:
