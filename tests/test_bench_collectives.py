@@ -66,3 +66,12 @@ def test_cli_writes_json(tmp_path):
     rows = data["rows"] if isinstance(data, dict) else data
     assert {r["impl"] for r in rows} == {"gloo", "secure"}
     assert "#wrong" in proc.stdout and "algbw" in proc.stdout
+    # Which AES-GCM code path the result ran on is part of what it was measured on.
+    from ccddp.bench.machine import AES_FLAGS
+
+    machine = data["machine"]
+    assert machine["openssl"].startswith("OpenSSL")
+    assert set(machine["aes_flags"]) <= set(AES_FLAGS)
+    with open("/proc/cpuinfo") as f:
+        flags = next(line for line in f if line.startswith("flags")).split()
+    assert machine["aes_flags"] == [f for f in AES_FLAGS if f in flags]
