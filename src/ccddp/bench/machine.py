@@ -8,7 +8,7 @@ import platform
 
 
 # The ISA features OpenSSL's AES-GCM picks its code path by: with VAES and VPCLMULQDQ on
-# AVX-512 it runs ~4x faster per core than with AES-NI alone, which moves every
+# AVX-512 it runs 3-6x faster per core than with AES-NI alone, which moves every
 # crypto-bound result here; "AMD EPYC" alone does not say which one a result ran on.
 AES_FLAGS = ("aes", "pclmulqdq", "avx2", "avx512f", "vaes", "vpclmulqdq")
 
