@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import platform
 
@@ -13,8 +14,10 @@ import platform
 AES_FLAGS = ("aes", "pclmulqdq", "avx2", "avx512f", "vaes", "vpclmulqdq")
 
 
+@functools.cache
 def _cpuinfo() -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
+    """The first processor's fields of /proc/cpuinfo (empty where there is none); read
+    once per process, since the model name, family and flags are all taken from it."""
     fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
