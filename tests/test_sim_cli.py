@@ -102,7 +102,7 @@ def test_tune_reports_best_against_default(tmp_path, wl_json, capsys):
 
 
 def test_real_workload_plan_and_exact_rebucketing(tmp_path):
-    workloads = pytest.importorskip("ccddp.workloads")
+    from ccddp import workloads
     from ccddp.cli.cmd_simulate import model_workload
     from ccddp.sim import load_profile
 

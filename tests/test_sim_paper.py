@@ -51,10 +51,9 @@ def hw():
 
 @pytest.fixture(scope="module")
 def workloads(hw):
-    workloads = pytest.importorskip("ccddp.workloads")
-    if not hasattr(workloads, "bucket_plan"):
-        pytest.skip("ccddp.workloads.bucket_plan not available")
-    return {n: derive_workload(n, workloads.bucket_plan(n, dtype="float32").bucket_bytes, hw)
+    from ccddp.workloads import bucket_plan
+
+    return {n: derive_workload(n, bucket_plan(n, dtype="float32").bucket_bytes, hw)
             for n in NAMES}
 
 

@@ -258,8 +258,8 @@ def test_bucket_plan_of_a_plain_module_dedups_shared_parameters():
 
 def test_ready_order_matches_real_ddp_buckets(tmp_path):
     """bucket_plan(order="ready") is byte-for-byte what DDP rebuilds after iteration 0."""
-    if dist.is_initialized():
-        pytest.skip("a default process group is already initialised in this process")
+    # Another test leaking its default group would make this one init a second: fail loudly.
+    assert not dist.is_initialized(), "a default process group leaked from an earlier test"
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         cap = 0.002  # ~2 KB buckets, so tiny models get several

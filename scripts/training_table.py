@@ -1,0 +1,41 @@
+"""Print the CC-on/CC-off table of BENCHMARKS.md from training results (one JSON per run).
+
+Usage::
+
+    python scripts/training_table.py benchmarks/training/zen5 [--json table.json]
+
+Takes directories or files of ``ccddp train --json`` results, e.g. the output of
+``scripts/validation_runs.py --shapes default``; see ``ccddp.report.training_runs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ccddp.bench.validate import load_runs
+from ccddp.errors import ConfigError
+from ccddp.report.training_runs import compare_runs, markdown_table
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="+", help="result files or directories")
+    ap.add_argument("--schedules", default="naive,pipelined", help="CC-on columns (default: naive,pipelined)")
+    ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = ap.parse_args()
+    try:
+        rows = compare_runs(load_runs(args.paths))
+    except ConfigError as e:
+        print(f"training_table: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(markdown_table(rows, tuple(args.schedules.split(",")))))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

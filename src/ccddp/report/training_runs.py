@@ -1,0 +1,112 @@
+"""Compare training runs measured one process each: CC-on against CC-off, per workload.
+
+``scripts/validation_runs.py`` (and any set of ``ccddp train --json`` files) leaves one
+result per run; this turns them into the table BENCHMARKS.md shows, so every number there
+comes from the JSON. Runs of one configuration (workload, shapes, world size) are grouped
+and, per variant (``off`` or the CC-on schedule), each run's median iteration is kept.
+
+Two ratios per variant:
+
+- ``ratio``: median over runs of the variant / median over runs of CC-off;
+- ``ratio_fwd``: the same for each run's iteration time divided by its own forward time.
+  The forward pass does the same work in every variant (no gradient traffic; only
+  buffer broadcasts, kilobytes), so this takes out the machine's speed, which drifts
+  between runs (the same variant's runs differ by 10-40 % on a shared VM) while the
+  forward/iteration proportion stays put.
+
+Example::
+
+    from ccddp.bench.validate import load_runs
+    rows = compare_runs(load_runs(["benchmarks/training/zen5"]))
+    print("\\n".join(markdown_table(rows)))
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+from ccddp.bench.validate import run_key, settings_of
+
+SHAPE_KEYS = ("batch_size", "seq_len", "image_size", "dtype")
+
+
+def variant(run: dict) -> str:
+    """``off`` or the CC-on schedule a run used."""
+    return "off" if run.get("cc") == "off" else str(run.get("schedule"))
+
+
+def _by_run(runs: list[dict], key: str) -> list[float]:
+    return [float(r["summary"][key]) for r in runs]
+
+
+def compare_runs(runs: Iterable[dict]) -> list[dict[str, Any]]:
+    """One row per configuration that has CC-off runs, in the order first seen: per
+    variant the runs' median iterations (``ms_by_run``), their median (``ms``), ``ratio``
+    and ``ratio_fwd`` to CC-off (see the module docstring), the median crypto busy time,
+    and the configuration's all-reduces and seals per iteration and how many distinct
+    final-parameter hashes its runs ended with (1: every variant bit-identical)."""
+    groups: dict[tuple, dict[str, list[dict]]] = {}
+    for r in runs:
+        groups.setdefault(run_key(r), {}).setdefault(variant(r), []).append(r)
+    rows = []
+    for key, by_variant in groups.items():
+        off = by_variant.get("off")
+        if not off:
+            continue
+        off_ms = statistics.median(_by_run(off, "total_ms"))
+        off_fwd = statistics.median(t / f for t, f in zip(_by_run(off, "total_ms"),
+                                                        _by_run(off, "forward_ms")))
+        first = off[0]
+        on = [r for v, rs in by_variant.items() if v != "off" for r in rs]
+        row: dict[str, Any] = {
+            "workload": first["workload"], "world_size": int(first["world_size"]),
+            "shapes": {k: v for k, v in settings_of(first).items() if k in SHAPE_KEYS},
+            "allreduce_calls_per_iteration": first.get("allreduce_calls_per_iteration"),
+            "seals_per_rank": on[0].get("seals_per_rank") if on else None,
+            "distinct_param_sha256": len({r.get("param_sha256") for rs in by_variant.values()
+                                          for r in rs}),
+            "variants": {},
+        }
+        for v, rs in sorted(by_variant.items(), key=lambda kv: (kv[0] != "off", kv[0])):
+            totals = _by_run(rs, "total_ms")
+            per_fwd = [t / f for t, f in zip(totals, _by_run(rs, "forward_ms"))]
+            ms = statistics.median(totals)
+            row["variants"][v] = {
+                "runs": len(rs), "ms_by_run": totals, "ms": ms, "ratio": ms / off_ms,
+                "ratio_fwd": statistics.median(per_fwd) / off_fwd,
+                "crypto_busy_ms": statistics.median(_by_run(rs, "crypto_busy_ms")),
+            }
+        rows.append(row)
+    return rows
+
+
+def markdown_table(rows: list[dict[str, Any]], schedules: tuple[str, ...] = ("naive", "pipelined")) -> list[str]:
+    """The rows as a markdown table: each variant's median (runs' medians in brackets) and
+    both ratios to CC-off for ``schedules``."""
+    head = ["workload", "n", "shapes (per rank)", "runs", "CC-off ms (by run)"]
+    for s in schedules:
+        head += [f"{s} ms (by run)"]
+    for s in schedules:
+        head += [f"{s} / off", f"{s} / off, forward-normalized"]
+    head += ["all-reduces/iter", "seals/rank/iter", "distinct param_sha256"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        vs = row["variants"]
+
+        def ms(v: str) -> str:
+            if v not in vs:
+                return "-"
+            return f"{vs[v]['ms']:.0f} ({' / '.join(f'{x:.0f}' for x in vs[v]['ms_by_run'])})"
+
+        cells = [row["workload"], str(row["world_size"]),
+                 ", ".join(f"{k}={v}" for k, v in row["shapes"].items()),
+                 str(vs["off"]["runs"]), ms("off")]
+        cells += [ms(s) for s in schedules]
+        for s in schedules:
+            cells += ([f"{vs[s]['ratio']:.2f}", f"{vs[s]['ratio_fwd']:.2f}"] if s in vs else ["-", "-"])
+        cells += [str(row["allreduce_calls_per_iteration"]), str(row["seals_per_rank"]),
+                  str(row["distinct_param_sha256"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
