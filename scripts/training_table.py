@@ -17,6 +17,7 @@ import sys
 from ccddp.bench.validate import load_runs
 from ccddp.errors import ConfigError
 from ccddp.report.training_runs import compare_runs, markdown_table
+from ccddp.workloads import WORKLOADS
 
 
 def main() -> int:
@@ -26,7 +27,7 @@ def main() -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = ap.parse_args()
     try:
-        rows = compare_runs(load_runs(args.paths))
+        rows = compare_runs(load_runs(args.paths), order=list(WORKLOADS))
     except ConfigError as e:
         print(f"training_table: {e}", file=sys.stderr)
         return 2

@@ -52,18 +52,23 @@ def test_configurations_are_kept_apart_and_need_a_cc_off_run():
             result("on", 900, 100, batch=8)]           # no CC-off run of batch 8
     rows = compare_runs(runs)
     assert [(r["world_size"], r["shapes"]["batch_size"]) for r in rows] == [(2, 4), (3, 4)]
+    mixed = [result("off", 1000, 200, workload="bert-base", n=3), result("off", 900, 200, workload="resnet50"),
+             result("off", 800, 200, workload="bert-base")]
+    assert [(r["workload"], r["world_size"]) for r in compare_runs(mixed, order=["resnet50", "bert-base"])] == [
+        ("resnet50", 2), ("bert-base", 2), ("bert-base", 3)]
     assert rows[1]["variants"]["pipelined"]["ratio"] == pytest.approx(1.3)
     assert rows[1]["distinct_param_sha256"] == 2
 
 
 def test_markdown_table_has_one_line_per_configuration_and_dashes_for_missing_schedules():
-    lines = markdown_table(compare_runs([result("off", 1000, 200), result("on", 1100, 200)]))
+    lines = markdown_table(compare_runs([result("off", 1000, 200), result("on", 1100, 200, crypto=42)]))
     assert len(lines) == 3 and lines[0].count("|") == lines[2].count("|")
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
     assert cells[:5] == ["bert-base", "2", "batch_size=4, seq_len=128, dtype=float32", "1",
                          "1000 (1000)"]
     assert cells[5] == "-" and cells[6] == "1100 (1100)"      # naive missing, pipelined there
     assert cells[7:11] == ["-", "-", "1.10", "1.10"]
+    assert cells[11:13] == ["-", "42"]                        # crypto busy ms per schedule
 
 
 def test_script_prints_the_table_and_writes_json(tmp_path):

@@ -24,7 +24,7 @@ Example::
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ccddp.bench.validate import run_key, settings_of
@@ -41,8 +41,9 @@ def _by_run(runs: list[dict], key: str) -> list[float]:
     return [float(r["summary"][key]) for r in runs]
 
 
-def compare_runs(runs: Iterable[dict]) -> list[dict[str, Any]]:
-    """One row per configuration that has CC-off runs, in the order first seen: per
+def compare_runs(runs: Iterable[dict], order: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One row per configuration that has CC-off runs (workloads in ``order`` first, in
+    that order, then the rest as first seen; then by world size): per
     variant the runs' median iterations (``ms_by_run``), their median (``ms``), ``ratio``
     and ``ratio_fwd`` to CC-off (see the module docstring), the median crypto busy time,
     and the configuration's all-reduces and seals per iteration and how many distinct
@@ -79,17 +80,19 @@ def compare_runs(runs: Iterable[dict]) -> list[dict[str, Any]]:
                 "crypto_busy_ms": statistics.median(_by_run(rs, "crypto_busy_ms")),
             }
         rows.append(row)
-    return rows
+    rank = {w: i for i, w in enumerate(order)}
+    return sorted(rows, key=lambda r: (rank.get(r["workload"], len(rank)), r["world_size"]))
 
 
 def markdown_table(rows: list[dict[str, Any]], schedules: tuple[str, ...] = ("naive", "pipelined")) -> list[str]:
-    """The rows as a markdown table: each variant's median (runs' medians in brackets) and
-    both ratios to CC-off for ``schedules``."""
+    """The rows as a markdown table: each variant's median (runs' medians in brackets),
+    both ratios to CC-off and the median crypto busy ms per iteration for ``schedules``."""
     head = ["workload", "n", "shapes (per rank)", "runs", "CC-off ms (by run)"]
     for s in schedules:
         head += [f"{s} ms (by run)"]
     for s in schedules:
         head += [f"{s} / off", f"{s} / off, forward-normalized"]
+    head += [f"crypto busy ms ({s})" for s in schedules]
     head += ["all-reduces/iter", "seals/rank/iter", "distinct param_sha256"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -106,6 +109,7 @@ def markdown_table(rows: list[dict[str, Any]], schedules: tuple[str, ...] = ("na
         cells += [ms(s) for s in schedules]
         for s in schedules:
             cells += ([f"{vs[s]['ratio']:.2f}", f"{vs[s]['ratio_fwd']:.2f}"] if s in vs else ["-", "-"])
+        cells += [f"{vs[s]['crypto_busy_ms']:.0f}" if s in vs else "-" for s in schedules]
         cells += [str(row["allreduce_calls_per_iteration"]), str(row["seals_per_rank"]),
                   str(row["distinct_param_sha256"])]
         lines.append("| " + " | ".join(cells) + " |")
