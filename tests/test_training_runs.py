@@ -82,3 +82,4 @@ def test_script_prints_the_table_and_writes_json(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "training_table.py"),
                           str(tmp_path / "none")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
