@@ -58,6 +58,8 @@ def test_build_profile_is_complete_and_marks_every_field():
     assert hw.link_cpu_gbps == pytest.approx(1.2, rel=1e-3)
     assert hw.host_cores >= 1 and hw.mac_chains >= 1 and hw.overlap_efficiency == 0.0
     assert any("never from training runs" in h for h in header)
+    from ccddp.bench.machine import cpu_details
+    assert any(f"flags: {' '.join(cpu_details()['aes_flags']) or 'none'};" in h for h in header)
 
 
 def test_rates_measured_with_every_rank_busy_are_preferred():

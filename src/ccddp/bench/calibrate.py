@@ -400,7 +400,7 @@ def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict,
     The segment overhead is left for :func:`fit_segment_overhead`, which needs the
     rest of the profile.
     """
-    from ccddp.bench.machine import _cpu_model
+    from ccddp.bench.machine import _cpu_model, cpu_details
     from ccddp.comm import CommSettings
 
     cores = os.cpu_count() or 1
@@ -534,8 +534,12 @@ def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict,
                          f"(+{inter['excess']:.1%} at {n} ranks)" if inter else
                          "DEFAULT: not measured"),
     }
+    cpu = cpu_details()
     header = [f"{name}: calibrated by `ccddp calibrate` on {_cpu_model()} ({cores} cores), "
               f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}.",
+              # The CPU model name does not say which AES-GCM code path OpenSSL takes.
+              f"CPU family {cpu['cpu_family']} model {cpu['cpu_model_number']}, AES-related "
+              f"flags: {' '.join(cpu['aes_flags']) or 'none'}; {cpu['openssl']}.",
               "MEASURED: from this machine's micro-benchmarks (never from training runs).",
               "DEFAULT: what no micro-benchmark here can measure; the reason is given."]
     return d, notes, header
