@@ -10,9 +10,9 @@ Two ratios per variant:
 - ``ratio``: median over runs of the variant / median over runs of CC-off;
 - ``ratio_fwd``: the same for each run's iteration time divided by its own forward time.
   The forward pass does the same work in every variant (no gradient traffic; only
-  buffer broadcasts, kilobytes), so this takes out the machine's speed, which drifts
-  between runs (the same variant's runs differ by 10-40 % on a shared VM) while the
-  forward/iteration proportion stays put.
+  buffer broadcasts, at most a few hundred kilobytes), so this takes out most of the
+  machine's speed, which drifts between runs (the same variant's runs differ by
+  10-40 % on a shared VM) far more than the iteration/forward proportion does.
 
 Example::
 
