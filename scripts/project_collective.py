@@ -16,25 +16,25 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 
 from ccddp.bench.collectives import parse_size
 from ccddp.errors import ConfigError
 from ccddp.sim import Schedule, load_profile
 from ccddp.sim.collective import plain_allreduce, secure_allreduce
-from ccddp.sim.profile import FIELDS
 from ccddp.sim.rates import Rates
 
 
 def parse_set(text: str) -> tuple[str, object]:
+    """``FIELD=VALUE`` with VALUE in TOML syntax (``2``, ``inf``, ``true``, ``"x"``), as
+    in a profile file; the field and its range are checked by ``HardwareProfile.replace``."""
     name, sep, value = text.partition("=")
-    kinds = {f.name: f.kind for f in FIELDS}
-    if not sep or name not in kinds:
-        raise ConfigError(f"--set takes FIELD=VALUE with a profile field, got {text!r}")
-    if kinds[name] == "bool":
-        return name, value.lower() in ("1", "true", "yes")
-    if kinds[name] in ("float", "int"):
-        return name, float(value) if kinds[name] == "float" else int(value)
-    return name, value
+    if not sep:
+        raise ConfigError(f"--set takes FIELD=VALUE, got {text!r}")
+    try:
+        return name.strip(), tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        raise ConfigError(f"--set {name}: {value!r} is not a TOML value") from None
 
 
 def project(hw, n: int, nbytes: int) -> dict:
@@ -59,8 +59,8 @@ def main() -> int:
     args = ap.parse_args()
     try:
         hw = load_profile(args.profile)
-        changes = dict(parse_set(s) for s in args.set)
-        hw = hw.replace(**changes)
+        hw = hw.replace(**dict(parse_set(s) for s in args.set))
+        changes = {name: getattr(hw, name) for name, _ in map(parse_set, args.set)}
         rows = [project(hw, int(n), parse_size(args.size)) for n in args.world_sizes.split(",")]
     except (ConfigError, ValueError) as e:
         print(f"project_collective: {e}", file=sys.stderr)

@@ -41,6 +41,13 @@ def _by_run(runs: list[dict], key: str) -> list[float]:
     return [float(r["summary"][key]) for r in runs]
 
 
+def _medians(runs: list[dict]) -> tuple[list[float], float, float]:
+    """(each run's median iteration, their median, median of iteration / forward)."""
+    totals = _by_run(runs, "total_ms")
+    per_fwd = [t / f for t, f in zip(totals, _by_run(runs, "forward_ms"))]
+    return totals, statistics.median(totals), statistics.median(per_fwd)
+
+
 def compare_runs(runs: Iterable[dict], order: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One row per configuration that has CC-off runs (workloads in ``order`` first, in
     that order, then the rest as first seen; then by world size): per
@@ -56,9 +63,7 @@ def compare_runs(runs: Iterable[dict], order: Sequence[str] = ()) -> list[dict[s
         off = by_variant.get("off")
         if not off:
             continue
-        off_ms = statistics.median(_by_run(off, "total_ms"))
-        off_fwd = statistics.median(t / f for t, f in zip(_by_run(off, "total_ms"),
-                                                        _by_run(off, "forward_ms")))
+        _, off_ms, off_fwd = _medians(off)
         first = off[0]
         on = [r for v, rs in by_variant.items() if v != "off" for r in rs]
         row: dict[str, Any] = {
@@ -71,12 +76,10 @@ def compare_runs(runs: Iterable[dict], order: Sequence[str] = ()) -> list[dict[s
             "variants": {},
         }
         for v, rs in sorted(by_variant.items(), key=lambda kv: (kv[0] != "off", kv[0])):
-            totals = _by_run(rs, "total_ms")
-            per_fwd = [t / f for t, f in zip(totals, _by_run(rs, "forward_ms"))]
-            ms = statistics.median(totals)
+            totals, ms, fwd = _medians(rs)
             row["variants"][v] = {
                 "runs": len(rs), "ms_by_run": totals, "ms": ms, "ratio": ms / off_ms,
-                "ratio_fwd": statistics.median(per_fwd) / off_fwd,
+                "ratio_fwd": fwd / off_fwd,
                 "crypto_busy_ms": statistics.median(_by_run(rs, "crypto_busy_ms")),
             }
         rows.append(row)
