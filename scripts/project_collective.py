@@ -59,8 +59,9 @@ def main() -> int:
     args = ap.parse_args()
     try:
         hw = load_profile(args.profile)
-        hw = hw.replace(**dict(parse_set(s) for s in args.set))
-        changes = {name: getattr(hw, name) for name, _ in map(parse_set, args.set)}
+        sets = dict(map(parse_set, args.set))
+        hw = hw.replace(**sets)
+        changes = {name: getattr(hw, name) for name in sets}   # as validated (2 -> 2.0)
         rows = [project(hw, int(n), parse_size(args.size)) for n in args.world_sizes.split(",")]
     except (ConfigError, ValueError) as e:
         print(f"project_collective: {e}", file=sys.stderr)
