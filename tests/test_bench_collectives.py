@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from dist_util import run_ranks
 
 
@@ -17,6 +18,18 @@ def _bench_rank(rank, n, broken):
     import ccddp.bench.collectives as C
 
     os.environ["CCDDP_GROUP_SECRET"] = "ab" * 32     # as `ccddp bench` sets for its ranks
+    if broken == "record":
+        # Which implementation ran each all_reduce, in call order.
+        real, calls = C.all_reduce, []
+
+        def recording(t, g):
+            calls.append(g.settings.impl)
+            return real(t, g)
+
+        C.all_reduce = recording
+        args = C.build_parser().parse_args(["--sizes", "4K", "--impl", "secure,gloo,ring", "--iters", "3",
+                                            "--warmup", "1"])
+        return C.bench(args), calls
     if broken:
         real = C.all_reduce
 
@@ -46,6 +59,34 @@ def test_every_op_and_impl_is_correct_and_counted():
             assert r["seals_per_rank"] == r["opens_per_rank"] == 4     # 2(n-1)
         if r["impl"] in ("gloo", "ring"):
             assert r["seals_per_rank"] == 0
+        others = {"gloo", "ring", "secure-naive", "secure"} - {r["impl"]}
+        assert set(r["paired_ratios"]) == others and all(v > 0 for v in r["paired_ratios"].values())
+
+
+def test_implementations_take_turns_call_by_call():
+    rows, calls = run_ranks(_bench_rank, 2, "record")[0]
+    # 1 warm-up + 3 measured iterations, each calling every implementation in --impl order.
+    assert calls == ["secure", "gloo", "ring"] * 4
+    assert [r["impl"] for r in rows] == ["secure", "gloo", "ring"]
+    assert all(r["wrong"] == 0 and r["iters"] == 3 for r in rows)
+
+
+def test_paired_ratio_is_the_median_of_per_iteration_ratios():
+    from ccddp.bench.collectives import paired_ratios
+
+    # A slow third iteration for "b" only: the ratio of medians (2/3) would blame "a" for
+    # the drift; the paired median says "a" took half of "b"'s time in most iterations.
+    slowest = {"a": [1.0, 2.0, 30.0], "b": [2.0, 4.0, 3.0], "c": [1.0, 2.0, 30.0]}
+    assert paired_ratios(slowest, "a") == {"b": 0.5, "c": 1.0}
+    assert paired_ratios(slowest, "b") == {"a": 2.0, "c": 2.0}
+
+
+def test_an_implementation_listed_twice_is_refused():
+    from ccddp.bench.collectives import build_parser, validate
+    from ccddp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="twice"):
+        validate(build_parser().parse_args(["--impl", "gloo,secure,gloo"]))
 
 
 def test_a_wrong_result_is_reported_per_iteration():
@@ -65,7 +106,8 @@ def test_cli_writes_json(tmp_path):
     data = json.loads(out.read_text())
     rows = data["rows"] if isinstance(data, dict) else data
     assert {r["impl"] for r in rows} == {"gloo", "secure"}
-    assert "#wrong" in proc.stdout and "algbw" in proc.stdout
+    assert "#wrong" in proc.stdout and "algbw" in proc.stdout and "vs gloo" in proc.stdout
+    assert set(rows[1]["paired_ratios"]) == {"gloo"}
     # Which AES-GCM code path the result ran on is part of what it was measured on.
     from ccddp.bench.machine import AES_FLAGS
 

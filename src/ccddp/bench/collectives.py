@@ -1,7 +1,10 @@
 """``ccddp bench collectives``: time each collective implementation, nccl-tests style.
 
 Each rank fills its buffer with values whose sum is known in closed form, so every
-result is checked (``#wrong``) without a second collective. Run under torchrun
+result is checked (``#wrong``) without a second collective. The implementations take
+turns call by call, so besides each one's median time every row carries its median
+per-iteration ratio to every other (``paired_ratios``), which the machine's drift between
+seconds does not move. Run under torchrun
 (``python -m ccddp.bench.collectives --sizes 1M ...``) or through the CLI, which
 launches the ranks itself.
 """
@@ -54,11 +57,11 @@ def _pattern(numel: int, rank: int, dtype: torch.dtype) -> torch.Tensor:
 class _Case:
     """Buffers of one (op, size), allocated once and refilled in place before every call,
     as nccl-tests does: allocating and freeing hundreds of MiB per iteration makes the
-    kernel zero and reclaim pages during the timed calls that follow."""
+    kernel zero and reclaim pages during the timed calls that follow. Every
+    implementation runs on the same buffers."""
 
-    def __init__(self, op: str, g: SecureGroup, numel: int, dtype: torch.dtype) -> None:
-        n, r = g.world_size, g.rank
-        self.op, self.g = op, g
+    def __init__(self, op: str, n: int, r: int, numel: int, dtype: torch.dtype) -> None:
+        self.op = op
         base = torch.arange(numel) % 7
         if op == "all_reduce":
             self.src = _pattern(numel, r, dtype)
@@ -80,10 +83,10 @@ class _Case:
             self.expect = _pattern(numel, 0, dtype)
         self.diff = torch.empty(self.expect.numel(), dtype=torch.bool)
 
-    def run(self) -> tuple[float, float, int]:
-        """One timed call on freshly filled buffers; returns (seconds, CPU seconds of this
-        process, wrong elements)."""
-        op, g = self.op, self.g
+    def run(self, g: SecureGroup) -> tuple[float, float, int]:
+        """One timed call of ``g``'s implementation on freshly filled buffers; returns
+        (seconds, CPU seconds of this process, wrong elements)."""
+        op = self.op
         if op in ("reduce_scatter", "all_gather"):
             self.inp.copy_(self.src)
             self.buf.fill_(0)
@@ -112,65 +115,95 @@ def tag_granularity(s: CommSettings) -> str:
     return f"segment {s.segment_bytes / (1 << 20):g}MiB"
 
 
+def paired_ratios(slowest: dict[str, list[float]], impl: str) -> dict[str, float]:
+    """For every other implementation: the median over iterations of this one's time
+    divided by the other's in the same iteration. The implementations take turns call by
+    call, so a ratio compares calls made seconds apart, and the machine's drift (which moves
+    absolute times by tens of percent on a shared VM) cancels."""
+    mine = slowest[impl]
+    return {other: statistics.median(a / b for a, b in zip(mine, ts))
+            for other, ts in slowest.items() if other != impl}
+
+
 def bench(args: argparse.Namespace) -> list[dict]:
+    """Time every (op, size) with the implementations taking turns: each iteration calls
+    each implementation once, in ``--impl`` order, after a barrier."""
     n, rank = dist.get_world_size(), dist.get_rank()
     dtype = DTYPES[args.dtype]
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    rows = []
+    groups = {}
     for impl in args.impl.split(","):
-        settings = CommSettings(impl=impl, algorithm=args.algorithm, segment_bytes=int(args.segment_mb * (1 << 20)),
-                                tag=args.tag, chains=args.chains, allgather=args.allgather,
-                                timeout_s=args.timeout)
-        g = SecureGroup(settings)
-        for op in args.ops.split(","):
-            for size in args.sizes.split(","):
-                nbytes = parse_size(size)
-                numel = max(n, nbytes // itemsize)
-                if op in ("reduce_scatter", "all_gather"):
-                    numel -= numel % n
-                times, cpus, wrong = [], [], 0
-                case = _Case(op, g, numel, dtype)
-                before = g.counters.snapshot()
-                for i in range(args.warmup + args.iters):
+        groups[impl] = SecureGroup(CommSettings(
+            impl=impl, algorithm=args.algorithm, segment_bytes=int(args.segment_mb * (1 << 20)),
+            tag=args.tag, chains=args.chains, allgather=args.allgather, timeout_s=args.timeout))
+    rows = []
+    for op in args.ops.split(","):
+        for size in args.sizes.split(","):
+            numel = max(n, parse_size(size) // itemsize)
+            if op in ("reduce_scatter", "all_gather"):
+                numel -= numel % n
+            case = _Case(op, n, rank, numel, dtype)
+            times = {impl: [] for impl in groups}
+            cpus = {impl: [] for impl in groups}
+            wrong = dict.fromkeys(groups, 0)
+            before = {impl: g.counters.snapshot() for impl, g in groups.items()}
+            for i in range(args.warmup + args.iters):
+                for impl, g in groups.items():
                     dist.barrier()
                     if i == args.warmup:
-                        before = g.counters.snapshot()
-                    dt, dc, w = case.run()
+                        before[impl] = g.counters.snapshot()
+                    dt, dc, w = case.run(g)
                     if i >= args.warmup:
-                        times.append(dt)
-                        cpus.append(dc)
-                        wrong += w
-                del case
-                delta = CryptoCounters.diff(g.counters.snapshot(), before)
-                # The slowest rank defines a collective's time, as in nccl-tests.
-                t = torch.tensor([statistics.median(times)], dtype=torch.float64)
+                        times[impl].append(dt)
+                        cpus[impl].append(dc)
+                        wrong[impl] += w
+            del case
+            # Each call's time is its slowest rank's, as in nccl-tests.
+            slowest = {}
+            for impl in groups:
+                t = torch.tensor(times[impl], dtype=torch.float64)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX)
-                # CPU per rank (median call, mean over ranks): with every core busy, no
-                # schedule can take less wall time than this.
-                cpu = torch.tensor([statistics.median(cpus)], dtype=torch.float64)
-                dist.all_reduce(cpu)
-                wrong_t = torch.tensor([wrong], dtype=torch.int64)
-                dist.all_reduce(wrong_t)
-                sec = float(t)
-                algbw = numel * itemsize / sec / 1e9
-                it = args.iters
-                rows.append({
-                    "op": op, "impl": impl, "bytes": numel * itemsize, "count": numel, "type": args.dtype,
-                    "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none",
-                    "world_size": n, "time_us": sec * 1e6, "algbw_gbps": algbw,
-                    "busbw_gbps": algbw * bus_factor(op, n), "wrong": int(wrong_t),
-                    "cpu_us_per_rank": float(cpu) / n * 1e6,
-                    "seals_per_rank": delta["seals"] / it, "opens_per_rank": delta["opens"] / it,
-                    "segments_sealed_per_rank": delta["segments_sealed"] / it,
-                    "segments_opened_per_rank": delta["segments_opened"] / it,
-                    "crypto_busy_us_per_rank": delta["busy_seconds"] / it * 1e6,
-                    "control_seals_per_rank": delta["control_seals"] / it,
-                    "tag_granularity": tag_granularity(settings),
-                    "settings": settings.as_dict(), "iters": it, "warmup": args.warmup,
-                    "rank": rank,
-                })
+                slowest[impl] = t.tolist()
+            for impl, g in groups.items():
+                rows.append(_row(args, op, impl, g, n, rank, numel, itemsize, times[impl], cpus[impl],
+                                 wrong[impl], before[impl], paired_ratios(slowest, impl)))
+    for g in groups.values():
         g.close()
     return rows
+
+
+def _row(args, op: str, impl: str, g: SecureGroup, n: int, rank: int, numel: int, itemsize: int,
+         times: list[float], cpus: list[float], wrong: int, before: dict, paired: dict) -> dict:
+    """One table row; collective over the ranks (every rank calls it in the same order)."""
+    delta = CryptoCounters.diff(g.counters.snapshot(), before)
+    # The median call of the slowest rank, as nccl-tests reports.
+    t = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    # CPU per rank (median call, mean over ranks): with every core busy, no schedule can
+    # take less wall time than this.
+    cpu = torch.tensor([statistics.median(cpus)], dtype=torch.float64)
+    dist.all_reduce(cpu)
+    wrong_t = torch.tensor([wrong], dtype=torch.int64)
+    dist.all_reduce(wrong_t)
+    sec = float(t)
+    algbw = numel * itemsize / sec / 1e9
+    it = args.iters
+    return {
+        "op": op, "impl": impl, "bytes": numel * itemsize, "count": numel, "type": args.dtype,
+        "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none",
+        "world_size": n, "time_us": sec * 1e6, "algbw_gbps": algbw,
+        "busbw_gbps": algbw * bus_factor(op, n), "wrong": int(wrong_t),
+        "cpu_us_per_rank": float(cpu) / n * 1e6,
+        "paired_ratios": paired,
+        "seals_per_rank": delta["seals"] / it, "opens_per_rank": delta["opens"] / it,
+        "segments_sealed_per_rank": delta["segments_sealed"] / it,
+        "segments_opened_per_rank": delta["segments_opened"] / it,
+        "crypto_busy_us_per_rank": delta["busy_seconds"] / it * 1e6,
+        "control_seals_per_rank": delta["control_seals"] / it,
+        "tag_granularity": tag_granularity(g.settings),
+        "settings": g.settings.as_dict(), "iters": it, "warmup": args.warmup,
+        "rank": rank,
+    }
 
 
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
@@ -197,8 +230,11 @@ def validate(args: argparse.Namespace) -> None:
     for op in args.ops.split(","):
         if op not in OPS:
             raise ConfigError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
-    for impl in args.impl.split(","):
+    impls = args.impl.split(",")
+    for impl in impls:
         CommSettings(impl=impl)
+    if len(set(impls)) != len(impls):
+        raise ConfigError(f"--impl lists an implementation twice: {args.impl}")
     for size in args.sizes.split(","):
         parse_size(size)
     if args.iters < 1 or args.warmup < 0:
