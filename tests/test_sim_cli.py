@@ -41,6 +41,21 @@ def test_simulate_writes_rows(tmp_path, wl_json, capsys):
     assert rows[-1]["nodes"] == 8 and rows[-1]["ops"]["relay_ops"] > 0
 
 
+def test_json_directory_is_made_before_the_command_runs(tmp_path, wl_json, capsys):
+    # Measuring commands write --json last, after their runs: the directory must exist by
+    # then, or the result would be lost.
+    out = tmp_path / "new" / "deeper" / "rows.json"
+    assert main(["simulate", "--profile", "h100-cc", "--workload-profile", str(wl_json),
+                 "--gpus", "2", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())[0]["gpus"] == 2
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["simulate", "--profile", "h100-cc", "--workload-profile", str(wl_json),
+                 "--gpus", "2", "--json", str(blocker / "rows.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ccddp: error: cannot write") and err.count("\n") == 1
+
+
 def test_simulate_schedule_options_reach_the_model(tmp_path, wl_json):
     out = tmp_path / "rows.json"
     assert main(["simulate", "--profile", "b300-cc", "--workload-profile", str(wl_json),

@@ -11,8 +11,9 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from pathlib import Path
 
-from ccddp.errors import CCDDPError
+from ccddp.errors import CCDDPError, ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,9 +30,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def prepare_json_output(args: argparse.Namespace) -> None:
+    """Create the directory of ``--json PATH`` now: commands write it at their end, some
+    after hours of runs, and a missing directory must not lose the result."""
+    path = getattr(args, "json", None)
+    if path:
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        prepare_json_output(args)
         return int(args.func(args) or 0)
     except CCDDPError as e:
         print(f"ccddp: error: {e}", file=sys.stderr)
