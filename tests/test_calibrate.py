@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ccddp.bench.calibrate import build_profile, fit_line, fit_segment_overhead, model_checks
+from ccddp.bench.calibrate_fit import build_profile, fit_line, fit_segment_overhead, model_checks
 from ccddp.cli import main
 from ccddp.errors import ConfigError
 from ccddp.sim import FIELDS, load_profile, validate_profile, write_profile
