@@ -117,3 +117,22 @@ def test_cli_writes_json(tmp_path):
     with open("/proc/cpuinfo") as f:
         flags = next(line for line in f if line.startswith("flags")).split()
     assert machine["aes_flags"] == [f for f in AES_FLAGS if f in flags]
+
+
+def test_checking_a_result_counts_wrong_elements_without_a_result_sized_allocation():
+    # The check runs between barriers on cores other ranks share; a bool sum() widened the
+    # whole result to int64 first (8 bytes per element of fresh, page-faulted memory).
+    import resource
+
+    import torch
+
+    from ccddp.bench.collectives import _Case
+
+    case = _Case("all_reduce", 2, 0, 1 << 22, torch.float32)
+    case.buf.copy_(case.expect)
+    assert case.wrong() == 0
+    case.buf[[5, 77, 1 << 21]] += 1
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    assert case.wrong() == 3
+    # 4 Mi elements as int64 would be 8192 fresh pages; allow for interpreter noise.
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults < 500
