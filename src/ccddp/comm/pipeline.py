@@ -127,6 +127,10 @@ class _Pipeline:
             tx_bytes = sum((b - a) * self.isz + TAG_BYTES for s in range(len(self.steps))
                            if not self._forwards(s)
                            for _, (a, b) in _pick(self.send_segs[s], js))
+            # Every send frame of a round has memory of its own. Recycling a few hot frames
+            # would save memory traffic, but waiting mid-round for a send to finish (gloo
+            # sends rendezvous with the peer's receive) stalled both ranks of a 2-rank
+            # all-reduce when tried, and without waiting frames are almost never free.
             self.tx_arena = self.g.buffer("tx", tx_bytes)
             self._tx_off = 0
 
