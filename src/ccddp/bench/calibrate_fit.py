@@ -106,6 +106,7 @@ def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict,
         "reduce_gbps": round(torch_r["reduce_gbps"], 4),
         "segment_overhead_us": 0.0,
         "link_cpu_gbps": round(link_cpu_gbps, 4),
+        "library_efficiency": 1.0,
         "cc_exchange_toll_us": 0.0,
         "cc_bandwidth_kept": 1.0,
         "enc_gbps": round(crypto["seal_gbps"], 4),
@@ -160,6 +161,7 @@ def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict,
                                "gives a larger value, in ccddp calibrate --json: wake-ups)",
         "link_cpu_gbps": "MEASURED: bytes sent per CPU-second of a rank (all its threads, "
                          "user + system) during the ring streaming, messages >= 1 MiB",
+        "library_efficiency": "DEFAULT: no gloo all-reduce measured at this size",
         "cc_exchange_toll_us": "DEFAULT: no CC hardware",
         "cc_bandwidth_kept": "DEFAULT: no CC hardware",
         "enc_gbps": f"MEASURED: LinkChannel seal, {how}, slope over {sizes}",
@@ -305,9 +307,28 @@ def fit_crypto_rate(hw, secure: dict, ring: dict, n: int) -> float | None:
     return (lo * hi) ** 0.5
 
 
-def model_checks(hw, p2p: dict) -> list[dict]:
+def fit_library_efficiency(hw, gloo: dict, n: int) -> tuple[float, str]:
+    """(``library_efficiency``, its note) from gloo's own all-reduce: the model's ideal
+    ring time at the profile's rates over the measured time, at most 1 (a library faster
+    than the ideal ring means the rates are off, not the library)."""
+    from ccddp.sim.collective import plain_allreduce
+    from ccddp.sim.rates import Rates
+    from ccddp.sim.schedule import Schedule
+
+    ideal = plain_allreduce(Rates.resolve(hw.replace(library_efficiency=1.0), Schedule(), n, False),
+                            n, gloo["bytes"], False).ms
+    measured = gloo["s"] * 1e3
+    eff = round(min(1.0, ideal / measured), 4) if measured > 0 else 1.0
+    return eff, (f"MEASURED: gloo's own all-reduce of {gloo['bytes'] // MIB} MiB on {n} local ranks "
+                 f"took {measured:.1f} ms; the model's ideal ring at this profile's rates "
+                 f"{ideal:.1f} ms")
+
+
+def model_checks(hw, p2p: dict, fitted: dict | None = None) -> list[dict]:
     """The measured all-reduces beside what the model predicts for them: wall time, and
-    core time (the model's busy time against the rank's CPU seconds)."""
+    core time (the model's busy time against the rank's CPU seconds). ``fitted`` maps
+    ``(impl, bytes)`` to what a profile field was solved from (``"time"`` or ``"CPU"``),
+    shown as each row's ``fitted``; every other number is a check."""
     from ccddp.sim.collective import plain_allreduce, secure_allreduce
     from ccddp.sim.rates import Rates
     from ccddp.sim.schedule import Schedule
@@ -327,7 +348,8 @@ def model_checks(hw, p2p: dict) -> list[dict]:
                 r = r.without_crypto()
             c = secure_allreduce(r, sched, n, nbytes)
         measured = row["s"] * 1e3
-        out.append({**row, "measured_ms": measured, "model_ms": c.ms,
+        out.append({**row, "fitted": (fitted or {}).get((impl, nbytes), ""),
+                    "measured_ms": measured, "model_ms": c.ms,
                     "error": c.ms / measured - 1 if measured > 0 else None,
                     "measured_cpu_ms": row.get("cpu_s", 0.0) * 1e3,
                     "model_cpu_ms": c.busy_ms / soft})
@@ -357,7 +379,9 @@ def derive_profile(local: dict, p2p: dict, *, name: str = "local") -> dict:
                   if r["impl"] == "secure" and r["bytes"] == ring["bytes"])
     loop = (d["enc_gbps"], d["dec_gbps"])
     k = fit_crypto_rate(hw, secure, ring, n) if "cpu_s" in secure else None
+    fitted: dict[tuple[str, int], str] = {}
     if k is not None:
+        fitted["secure", secure["bytes"]] = "CPU"
         d["enc_gbps"], d["dec_gbps"] = round(loop[0] * k, 4), round(loop[1] * k, 4)
         d["cpu_crypto_gbps"] = d["enc_gbps"]
         where = (f"solved through the model from the CPU time ccddp's pipelined secure "
@@ -370,17 +394,24 @@ def derive_profile(local: dict, p2p: dict, *, name: str = "local") -> dict:
         d["segment_overhead_us"] = fit_segment_overhead(hw, p2p["tiny"], n)
         hw = validate_profile(d, source="calibrate")
     wall_us = fit_segment_overhead(hw, p2p["tiny"], n, quantity="wall")
-    fitted = fit_link_rate(hw, ring, n)
-    if fitted is not None:
-        d["link_gbps"] = fitted
+    link = fit_link_rate(hw, ring, n)
+    if link is not None:
+        fitted["ring", ring["bytes"]] = "time"
+        d["link_gbps"] = link
         notes["link_gbps"] = (f"MEASURED: solved through the model from ccddp's plaintext "
                               f"ring all-reduce of {ring['bytes'] // MIB} MiB on {n} local "
                               f"ranks (ring streaming alone gave {stream_gbps:g} GB/s: hot "
                               f"caches, no send waiting for a reduction)")
+        hw = validate_profile(d, source="calibrate")
+    gloo = max((r for r in p2p["allreduce"] if r["impl"] == "gloo"), key=lambda r: r["bytes"], default=None)
+    if gloo is not None:
+        d["library_efficiency"], notes["library_efficiency"] = fit_library_efficiency(hw, gloo, n)
+        if d["library_efficiency"] < 1:
+            fitted["gloo", gloo["bytes"]] = "time"
         hw = validate_profile(d, source="calibrate")
     return {"schema": SCHEMA, "world_size": n, "profile": d, "notes": notes, "header": header,
             "measurements": {"local": local, "p2p": p2p,
                              "segment_overhead_wall_fit_us": wall_us,
                              "link_gbps_streaming": stream_gbps,
                              "crypto_gbps_loop": {"seal": loop[0], "open": loop[1]}},
-            "checks": model_checks(hw, p2p)}
+            "checks": model_checks(hw, p2p, fitted)}

@@ -80,14 +80,14 @@ def run(args: argparse.Namespace) -> int:
         t.add_row(key, f"{p[key]:g} {unit}".strip())
     Console(width=120).print(t)
     c = Table(title="model check: measured all-reduces vs the calibrated model "
-                    "(not fitted)", title_justify="left")
+                    "(fitted: a profile field was solved from that number)", title_justify="left")
     for col in ("impl", "bytes", "measured ms", "model ms", "error", "measured CPU ms",
-                "model CPU ms"):
-        c.add_column(col, justify="left" if col == "impl" else "right")
+                "model CPU ms", "fitted"):
+        c.add_column(col, justify="left" if col in ("impl", "fitted") else "right")
     for row in result["checks"]:
         c.add_row(row["impl"], str(row["bytes"]), f"{row['measured_ms']:.1f}",
                   f"{row['model_ms']:.1f}", f"{row['error']:+.0%}",
-                  f"{row['measured_cpu_ms']:.1f}", f"{row['model_cpu_ms']:.1f}")
+                  f"{row['measured_cpu_ms']:.1f}", f"{row['model_cpu_ms']:.1f}", row["fitted"])
     Console(width=120).print(c)
     print(f"wrote {args.out}")
     if args.json:
