@@ -99,21 +99,6 @@ def test_crypto_unit_bucket_makes_op_cost_independent_of_n():
     assert per_op(chunky, 8) < per_op(chunky, 2)
 
 
-def test_library_efficiency_slows_only_the_library_collective():
-    from ccddp.sim.collective import plain_allreduce
-
-    hw = load_profile("local")
-    half = hw.replace(library_efficiency=0.5)
-    full = plain_allreduce(Rates.resolve(hw, Schedule(), 2, False), 2, 64 * MIB, False)
-    slow = plain_allreduce(Rates.resolve(half, Schedule(), 2, False), 2, 64 * MIB, False)
-    assert slow.ms == pytest.approx(2 * full.ms) and slow.busy_ms == pytest.approx(2 * full.busy_ms)
-    # ccddp's own rings run over P2P, not the library's all-reduce: unchanged.
-    sched = Schedule("pipelined")
-    a = secure_ring(Rates.resolve(hw, sched, 2, True), sched, 2, 64 * MIB)
-    b = secure_ring(Rates.resolve(half, sched, 2, True), sched, 2, 64 * MIB)
-    assert a.ms == b.ms
-
-
 def test_breakdown_sums_and_cc_costs_more():
     for hw in (H100, load_profile("paper-h100"), load_profile("local"), load_profile("b300-cc")):
         for n in (1, 2, 8, 16):

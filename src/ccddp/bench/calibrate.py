@@ -18,10 +18,9 @@ machine can be checked against that machine's measured ``ccddp train`` runs
   whose CPU time gives the pipelined engine's per-message cost; ccddp's plaintext ring
   all-reduce, whose time gives the link rate a collective sees. The last two are solved
   through the model itself, so the model fed this profile reproduces those
-  micro-benchmarks; gloo's own all-reduce at the largest size, set against the model's
-  ideal ring, gives ``library_efficiency``. Every measured all-reduce (gloo's, the plain
-  ring's, the naive and the pipelined secure ones, two sizes) is set beside the model's
-  prediction as a check, marked where a field was solved from it;
+  micro-benchmarks. Every measured all-reduce (gloo's, the plain ring's, the naive and
+  the pipelined secure ones, two sizes) is set beside the model's prediction as a check,
+  marked where a field was solved from it;
 * in this process alone, the same crypto and tensor rates (kept for reference), and two
   threads sealing at once (does a second crypto chain scale?).
 

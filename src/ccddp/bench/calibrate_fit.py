@@ -106,7 +106,6 @@ def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict,
         "reduce_gbps": round(torch_r["reduce_gbps"], 4),
         "segment_overhead_us": 0.0,
         "link_cpu_gbps": round(link_cpu_gbps, 4),
-        "library_efficiency": 1.0,
         "cc_exchange_toll_us": 0.0,
         "cc_bandwidth_kept": 1.0,
         "enc_gbps": round(crypto["seal_gbps"], 4),
@@ -161,7 +160,6 @@ def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict,
                                "gives a larger value, in ccddp calibrate --json: wake-ups)",
         "link_cpu_gbps": "MEASURED: bytes sent per CPU-second of a rank (all its threads, "
                          "user + system) during the ring streaming, messages >= 1 MiB",
-        "library_efficiency": "DEFAULT: no gloo all-reduce measured at this size",
         "cc_exchange_toll_us": "DEFAULT: no CC hardware",
         "cc_bandwidth_kept": "DEFAULT: no CC hardware",
         "enc_gbps": f"MEASURED: LinkChannel seal, {how}, slope over {sizes}",
@@ -307,23 +305,6 @@ def fit_crypto_rate(hw, secure: dict, ring: dict, n: int) -> float | None:
     return (lo * hi) ** 0.5
 
 
-def fit_library_efficiency(hw, gloo: dict, n: int) -> tuple[float, str]:
-    """(``library_efficiency``, its note) from gloo's own all-reduce: the model's ideal
-    ring time at the profile's rates over the measured time, at most 1 (a library faster
-    than the ideal ring means the rates are off, not the library)."""
-    from ccddp.sim.collective import plain_allreduce
-    from ccddp.sim.rates import Rates
-    from ccddp.sim.schedule import Schedule
-
-    ideal = plain_allreduce(Rates.resolve(hw.replace(library_efficiency=1.0), Schedule(), n, False),
-                            n, gloo["bytes"], False).ms
-    measured = gloo["s"] * 1e3
-    eff = round(min(1.0, ideal / measured), 4) if measured > 0 else 1.0
-    return eff, (f"MEASURED: gloo's own all-reduce of {gloo['bytes'] // MIB} MiB on {n} local ranks "
-                 f"took {measured:.1f} ms; the model's ideal ring at this profile's rates "
-                 f"{ideal:.1f} ms")
-
-
 def model_checks(hw, p2p: dict, fitted: dict | None = None) -> list[dict]:
     """The measured all-reduces beside what the model predicts for them: wall time, and
     core time (the model's busy time against the rank's CPU seconds). ``fitted`` maps
@@ -402,12 +383,6 @@ def derive_profile(local: dict, p2p: dict, *, name: str = "local") -> dict:
                               f"ring all-reduce of {ring['bytes'] // MIB} MiB on {n} local "
                               f"ranks (ring streaming alone gave {stream_gbps:g} GB/s: hot "
                               f"caches, no send waiting for a reduction)")
-        hw = validate_profile(d, source="calibrate")
-    gloo = max((r for r in p2p["allreduce"] if r["impl"] == "gloo"), key=lambda r: r["bytes"], default=None)
-    if gloo is not None:
-        d["library_efficiency"], notes["library_efficiency"] = fit_library_efficiency(hw, gloo, n)
-        if d["library_efficiency"] < 1:
-            fitted["gloo", gloo["bytes"]] = "time"
         hw = validate_profile(d, source="calibrate")
     return {"schema": SCHEMA, "world_size": n, "profile": d, "notes": notes, "header": header,
             "measurements": {"local": local, "p2p": p2p,

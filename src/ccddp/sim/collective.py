@@ -185,9 +185,7 @@ def secure_tree(r: Rates, sched, n: int, nbytes: float, pads: float = 0.0
 
 def plain_allreduce(r: Rates, n: int, nbytes: float, nvls: bool) -> CollectiveCost:
     """The library's own plaintext all-reduce (NCCL or gloo), CC off: the faster of ring,
-    tree and (where the switch reduces) NVLS, as the library's tuner would pick, slowed by
-    the library's measured shortfall from that ideal (``library_efficiency``), in time and
-    in core time alike."""
+    tree and (where the switch reduces) NVLS, as the library's tuner would pick."""
     if n <= 1 or nbytes <= 0:
         return CollectiveCost()
     lat, bw, red = r.link_latency_ms, r.link_ms_per_b, r.reduce_ms_per_b
@@ -202,8 +200,7 @@ def plain_allreduce(r: Rates, n: int, nbytes: float, nvls: bool) -> CollectiveCo
     if r.link_cpu_ms_per_b > 0:
         # A software link on shared cores: never faster than the cores can copy and add.
         best = max(best, busy)
-    k = r.library_slowdown
-    return CollectiveCost(ms=best * k, busy_ms=busy * k, messages=2 * (n - 1), bytes_sent=sent)
+    return CollectiveCost(ms=best, busy_ms=busy, messages=2 * (n - 1), bytes_sent=sent)
 
 
 def hw_link_allreduce(r: Rates, n: int, nbytes: float) -> CollectiveCost:

@@ -1,9 +1,7 @@
 """Hardware profiles: what a machine costs, as data.
 
 A profile is a TOML file whose fields are listed, with units, in :data:`FIELDS`; every
-field is required, so a profile says explicitly what it assumes. The one exception is a
-field added after profiles were in use (``Field.default``): a profile written before it
-existed means that default, so it still loads and predicts what it predicted. Built-in profiles live in
+field is required, so a profile says explicitly what it assumes. Built-in profiles live in
 ``ccddp/sim/profiles/`` and cite their sources in comments; ``ccddp calibrate --out PATH``
 writes a ``local`` profile through :func:`write_profile`. Any ``--profile`` option takes a
 built-in name or a path.
@@ -44,7 +42,6 @@ class Field:
     check: str = "nonneg"  # nonneg | pos | frac (0, 1] | unit [0, 1] | ge1 | any
     choices: tuple[str, ...] = ()
     allow_inf: bool = False  # a rate that may be "free" (inf)
-    default: Any = None      # only for fields added after profiles were written without them
 
 
 FIELDS: tuple[Field, ...] = (
@@ -85,13 +82,6 @@ FIELDS: tuple[Field, ...] = (
           "(gloo over loopback TCP copies through the kernel at both ends). inf where the link "
           "has its own engine (NVLink, RDMA DMA), so transfers cost no core time.", "pos",
           allow_inf=True),
-    Field("library_efficiency", "link", "float", "fraction", "The library's own plaintext "
-          "all-reduce (gloo, NCCL: the CC-off reference) takes the ideal ring's time at this "
-          "profile's rates divided by this. 1 where link_gbps is the library's own achieved "
-          "bus bandwidth (the GPU profiles); below 1 where the library is slower than a ring "
-          "of ccddp's P2P messages on the same link (`ccddp calibrate` measures it: gloo on one "
-          "test CPU took 1.4x the ideal ring at 64 MiB). Absent from older profiles: 1.",
-          "frac", default=1.0),
     Field("cc_exchange_toll_us", "link", "float", "us", "Fixed extra cost of every "
           "cross-device message in CC mode (seed 003: +9-13 us Hopper, +10-15 us B300).",
           "nonneg"),
@@ -194,7 +184,6 @@ class HardwareProfile:
     reduce_gbps: float
     segment_overhead_us: float
     link_cpu_gbps: float
-    library_efficiency: float
     cc_exchange_toll_us: float
     cc_bandwidth_kept: float
     enc_gbps: float
@@ -301,9 +290,6 @@ def validate_profile(data: dict[str, Any], *, source: str = "<dict>") -> Hardwar
         raise ConfigError(f"{source}: unknown profile field '{unknown[0]}'")
     values = {}
     for f in FIELDS:
-        if f.name not in flat and f.default is not None:
-            values[f.name] = f.default
-            continue
         if f.name not in flat:
             raise ConfigError(f"{source}: profile field '{f.name}' is missing ({f.doc})")
         try:

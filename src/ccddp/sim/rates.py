@@ -56,7 +56,6 @@ class Rates:
     link_cpu_ms_per_b: float    # core time of a transfer (per byte sent; 0: the link's own engine)
     link_latency_ms: float
     toll_ms: float              # CC per-exchange toll
-    library_slowdown: float     # the library's all-reduce / the ideal ring (1 / library_efficiency)
     compute_factor: float       # host contention on forward/backward/optimizer
     crypto_unit: str
     crypto_on: bool = True
@@ -94,7 +93,6 @@ class Rates:
             else soft_f / (hw.link_cpu_gbps * GB_MS),
             link_latency_ms=hw.link_latency_us * US_MS,
             toll_ms=hw.cc_exchange_toll_us * US_MS if cc else 0.0,
-            library_slowdown=1.0 / hw.library_efficiency,
             compute_factor=comp_f,
             crypto_unit=hw.crypto_unit,
         )
