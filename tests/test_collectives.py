@@ -386,3 +386,26 @@ def test_each_direction_of_a_link_has_its_own_connection(world_size):
         assert res["ok"] and res["distinct"], res
         nxt = (rank + 1) % world_size
         assert res["links"] == [(nxt, "main" if nxt > rank else "downward")], (rank, res["links"])
+
+
+def _send_slots_rank(rank, n):
+    from ccddp.comm import all_reduce
+    from ccddp.comm.pipeline import SEND_SLOTS
+    from ccddp.crypto.channel import TAG_BYTES
+
+    g = _group("secure", segment_bytes=64 << 10)
+    x = torch.full((1 << 20,), float(rank + 1))          # 4 MiB: 32 segments per rank and step
+    all_reduce(x, g)
+    ok = bool(torch.all(x == n * (n + 1) / 2))
+    tx = g._buffers["tx"].numel()                       # the send frames' memory
+    g.close()
+    return ok, tx, SEND_SLOTS * ((64 << 10) + TAG_BYTES)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_send_frames_are_a_few_reused_slots(world_size):
+    # Sealed frames go into SEND_SLOTS reused segment-sized frames (each send waited for
+    # once before its slot is sealed into again), not a frame per segment of the round.
+    for ok, tx, slots in run_ranks(_send_slots_rank, world_size):
+        assert ok
+        assert tx == slots, (tx, slots)

@@ -31,7 +31,8 @@ def frame_bytes(workload, world_size: int, schedule: str | None) -> int:
     if schedule == "naive":
         return int(_NAIVE_CHUNKS * chunk)
     if schedule == "pipelined":
-        # At most a round of receive frames and about as much of send frames.
+        # At most a round of receive frames, and a few segment-sized send slots (counted
+        # here as much again as the receive frames: conservative).
         return int(min(2 * ROUND_BYTES, 2 * chunk))
     return 0
 

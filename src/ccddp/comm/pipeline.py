@@ -8,10 +8,14 @@ their seals finish. Before blocking on a receive, every finished seal is sent, s
 rank ever waits on a peer that waits on it.
 
 Memory is bounded: segments run in rounds of at most :data:`ROUND_BYTES` of receive
-frames (and about as much of send frames). Segment ``j`` of step ``s`` depends only on segment
-``j`` of step ``s-1``, so a round takes a range of segment indices through every step;
-both ends walk rounds, steps and segments in the same order, so frames, counters and
-nonces line up. Only collectives larger than a round (DDP's first-iteration bucket of a
+frames, and a rank seals into :data:`SEND_SLOTS` send frames it reuses. Before sealing
+into a slot it waits for the slot's last send to finish: gloo sends rendezvous with
+receives, and the peer posted all of the round's when it entered the round, so this waits
+on the peer's transport threads, never on a peer that waits for us. Send memory is then a
+few segments instead of a round's worth (the time is unchanged: BENCHMARKS.md).
+Segment ``j`` of step ``s`` depends only on segment ``j`` of step ``s-1``, so a round takes
+a range of segment indices through every step; both ends walk rounds, steps and segments
+in the same order, so frames, counters and nonces line up. Only collectives larger than a round (DDP's first-iteration bucket of a
 large model) have more than one, and pay one pipeline drain per round.
 
 With ``group_key`` all-gather, a frame received in the all-gather phase is forwarded
@@ -35,10 +39,13 @@ from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 
 ANY_RANK = 0xFFFF
 
-# Receive frames of one round (its send frames take about as much again). At group.py's
-# cache limit, so the arenas are allocated once and reused by every round and collective;
-# a 64 MiB all-reduce of 4 MiB segments is one round up to 8 ranks.
+# Receive frames of one round. At group.py's cache limit, so the arena is allocated once
+# and reused by every round and collective; a 64 MiB all-reduce of 4 MiB segments is one
+# round up to 8 ranks.
 ROUND_BYTES = 256 << 20
+# Send frames a rank seals into, round-robin: enough that a slot's last send has usually
+# finished by the time the slot comes round again (2, 4 and 8 timed alike at 4 ranks).
+SEND_SLOTS = 4
 
 
 def dtype_name(t: torch.Tensor) -> str:
@@ -71,7 +78,10 @@ class _Pipeline:
         self.where = f"{op.name.lower()}#{seq}"
         self.rx_frames: dict[tuple[int, int], torch.Tensor] = {}
         self.rx_work: dict[tuple[int, int], object] = {}
+        # Sends not yet waited for: of frames outside the slots (plaintext segments,
+        # forwarded ciphertext), and per slot the last send from it, or "sealing".
         self.send_work: list[tuple[object, int]] = []
+        self.slot_sends: list = []
         self.pending: deque = deque()
 
     # -- frames --------------------------------------------------------------------
@@ -124,15 +134,13 @@ class _Pipeline:
                 if frame.numel():
                     self.rx_work[s, j] = self.g.transport.irecv(frame, st.recv_peer, self.tag)
         if self.secure:
-            tx_bytes = sum((b - a) * self.isz + TAG_BYTES for s in range(len(self.steps))
-                           if not self._forwards(s)
-                           for _, (a, b) in _pick(self.send_segs[s], js))
-            # Every send frame of a round has memory of its own. Recycling a few hot frames
-            # would save memory traffic, but waiting mid-round for a send to finish (gloo
-            # sends rendezvous with the peer's receive) stalled both ranks of a 2-rank
-            # all-reduce when tried, and without waiting frames are almost never free.
-            self.tx_arena = self.g.buffer("tx", tx_bytes)
-            self._tx_off = 0
+            sealed = [b - a for s in range(len(self.steps)) if not self._forwards(s)
+                      for _, (a, b) in _pick(self.send_segs[s], js)]
+            self.slot_bytes = max(sealed, default=0) * self.isz + TAG_BYTES
+            nslots = max(1, min(SEND_SLOTS, len(sealed)))
+            self.slots = self.g.buffer("tx", nslots * self.slot_bytes)
+            self.slot_sends = [None] * nslots
+            self._next_slot = 0
 
     def recv_job(self, s: int, j: int):
         """The job that applies received segment ``(s, j)``; counters are taken now."""
@@ -165,29 +173,51 @@ class _Pipeline:
         return open_and_reduce
 
     def send_frame(self, s: int, j: int):
-        """``(frame, job)`` for sent segment ``(s, j)``: the job fills the frame."""
+        """``(frame, job, slot)`` for sent segment ``(s, j)``: the job fills the frame;
+        ``slot`` is None for a frame outside the send slots."""
         st = self.steps[s]
         a, b = self.send_segs[s][j]
         plain = self.u8[a * self.isz:b * self.isz]
         if not self.secure:
-            return plain, None
+            return plain, None, None
         if self._forwards(s):
-            return self.rx_frames[s - 1, j], None
+            return self.rx_frames[s - 1, j], None, None
         nbytes = (b - a) * self.isz
-        frame = self.tx_arena[self._tx_off:self._tx_off + nbytes + TAG_BYTES]
-        self._tx_off += nbytes + TAG_BYTES
+        k = self._take_slot()
+        frame = self.slots[k * self.slot_bytes:k * self.slot_bytes + nbytes + TAG_BYTES]
         if self._forwarding(s):
             ch, aad = self.g.group_channel(self.g.rank), self._group_ctx(self.g.rank, j, nbytes)
         else:
             ch, aad = self.g.tx(st.send_peer), self._ctx(s, j, self.g.rank, st.send_peer, nbytes)
         if j == 0:
             self.g.counters.add_message(sealed=True)
-        return frame, ch.seal_job(plain.numpy(), frame.numpy(), aad)
+        return frame, ch.seal_job(plain.numpy(), frame.numpy(), aad), k
+
+    def _take_slot(self) -> int:
+        """The next send slot, once the last frame sealed into it has been sent."""
+        k = self._next_slot
+        self._next_slot = (k + 1) % len(self.slot_sends)
+        if self.slot_sends[k] == "sealing":
+            self.flush(block=True)
+        self._wait_slot(k)
+        self.slot_sends[k] = "sealing"
+        return k
+
+    def _wait_slot(self, k: int) -> None:
+        # A gloo send's completion is consumed by the wait that sees it (a second wait on
+        # the same work blocks until the timeout), so each send is waited for once.
+        if self.slot_sends[k] is not None:
+            work, peer = self.slot_sends[k]
+            self.slot_sends[k] = None
+            # A peer that called a different collective never receives this send: check
+            # the descriptors first, so that fails with what differs, not a timeout.
+            self.gate()
+            self.g.transport.wait(work, peer, f"send in {self.where}")
 
     # -- flow ----------------------------------------------------------------------
     def flush(self, block: bool) -> None:
         while self.pending:
-            fut, s, frame = self.pending[0]
+            fut, s, frame, k = self.pending[0]
             if fut is not None:
                 if not block and not fut.done():
                     return
@@ -195,7 +225,13 @@ class _Pipeline:
             self.pending.popleft()
             if frame is not None and frame.numel():
                 peer = self.steps[s].send_peer
-                self.send_work.append((self.g.transport.isend(frame, peer, self.tag), peer))
+                work = self.g.transport.isend(frame, peer, self.tag)
+                if k is None:
+                    self.send_work.append((work, peer))
+                else:
+                    self.slot_sends[k] = (work, peer)
+            elif k is not None:
+                self.slot_sends[k] = None
 
     def run(self) -> None:
         per_round = self.segments_per_round()
@@ -227,9 +263,9 @@ class _Pipeline:
                     job = self.recv_job(s - 1, j)
                     if job is not None:
                         jobs.append(job)
-                frame = None
+                frame, k = None, None
                 if has_send:
-                    frame, job = self.send_frame(s, j)
+                    frame, job, k = self.send_frame(s, j)
                     if job is not None:
                         jobs.append(job)
                 fut = None
@@ -237,18 +273,20 @@ class _Pipeline:
                     fut = self.g.engine.submit(_run_all, jobs)
                 else:
                     _run_all(jobs)
-                self.pending.append((fut, s, frame))
+                self.pending.append((fut, s, frame, k))
                 self.flush(block=False)
         self.flush(block=True)
         for w, peer in self.send_work:
             tr.wait(w, peer, f"send in {self.where}")
         self.send_work.clear()
+        for k in range(len(self.slot_sends)):
+            self._wait_slot(k)
 
 
 def run_pipelined(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
                   secure: bool, seg_bytes: int | None, group_key: bool = False, tag: int,
                   gate: Callable[[], None]) -> None:
     """Run ``steps`` on the 1-D contiguous CPU tensor ``flat`` in place, its messages on
-    gloo tag ``tag``; ``gate`` runs before every receive is waited on (it acts once)."""
+    gloo tag ``tag``; ``gate`` runs before the first wait on a peer (it acts once)."""
     _Pipeline(g, flat, steps, op, seq, secure=secure, seg_bytes=seg_bytes, group_key=group_key,
               tag=tag, gate=gate).run()
