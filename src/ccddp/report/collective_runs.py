@@ -71,7 +71,7 @@ def summarize(results: Iterable[dict], pairs: Sequence[tuple[str, str]] = PAIRS)
         ratios = {}
         for num, den in pairs:
             by_run = [run[num]["paired_ratios"][den] for run in runs
-                      if num in run and den in run.get(num, {}).get("paired_ratios", {})]
+                      if den in run.get(num, {}).get("paired_ratios", {})]
             if by_run:
                 ratios[f"{num}/{den}"] = {"by_run": by_run, "median": statistics.median(by_run)}
         rows.append({"op": op, "world_size": n, "bytes": nbytes, "type": dtype, "runs": len(runs),
