@@ -18,7 +18,7 @@ from ccddp.bench.selftest import ATTACKS, COLLECTIVES, ROW_KEYS, Plan, judge, pa
 from ccddp.comm.adversary import Rule
 from ccddp.errors import ConfigError
 
-SECRET = b"a" * 32
+SECRET = bytes.fromhex("d14cc382da6e20061e1b14a4f9ab5d6415fe3f53c7d9763b7ebb6a114d934605")
 
 
 def _rank(rank, n, naive_cases):

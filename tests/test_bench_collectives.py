@@ -17,7 +17,7 @@ def _bench_rank(rank, n, broken):
 
     import ccddp.bench.collectives as C
 
-    os.environ["CCDDP_GROUP_SECRET"] = "ab" * 32     # as `ccddp bench` sets for its ranks
+    os.environ["CCDDP_GROUP_SECRET"] = "d8f79edf70a78f8d7207e5e25618aaceb142c969e0ff49dfd6b33323ba06da60"     # as `ccddp bench` sets for its ranks
     if broken == "record":
         # Which implementation ran each all_reduce, in call order.
         real, calls = C.all_reduce, []

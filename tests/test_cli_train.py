@@ -10,7 +10,7 @@ import sys
 
 from ccddp.bench.launch import free_port
 
-SECRET = "ab" * 32
+SECRET = "04fccafb0452801fd7829c2113e85de94146f84ef090b1f880c47b8dcf90fec9"
 
 
 def _ccddp(*args, env=None, timeout=300):

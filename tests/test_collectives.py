@@ -10,7 +10,7 @@ from dist_util import run_ranks
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 5e-2)}
-SECRET = b"k" * 32
+SECRET = bytes.fromhex("80a1ef968996f68127072dc1ef099048d83d39e3cbc8858a8292625323edcfc0")
 
 
 def _group(impl, **kw):

@@ -9,7 +9,7 @@ import torch
 
 from dist_util import RankFailure, run_ranks
 
-SECRET = b"d" * 32
+SECRET = bytes.fromhex("3b2b4a9a7edf58cac79c6fe8280fdbd6bf1437c45f5d97ac8d6c805a33021265")
 FAMILIES = ["graphsage", "resnet50", "bert-base", "gpt2-large"]
 
 

@@ -23,7 +23,7 @@ from ccddp.bench.launch import torchrun
 from ccddp.errors import CCDDPError
 
 TIMEOUT_S = 3.0
-SECRET = b"f" * 32
+SECRET = bytes.fromhex("11b37cff31394892435cc553e8e0a34d8af30dbd2524ea98e285f7cda4f0c288")
 MISMATCHES = ["segment size", "schedule", "implementation", "key material", "length", "dtype"]
 
 
@@ -50,7 +50,7 @@ def _mismatch_rank(rank, n, timeout_s):
             elif name == "implementation":
                 settings = settings.with_(impl="secure-naive")
             elif name == "key material":
-                secret = GroupSecret(b"g" * 32)
+                secret = GroupSecret.generate()
             elif name == "length":
                 numel = 3001
             elif name == "dtype":

@@ -17,7 +17,7 @@ from _security_util import spawn, values
 from ccddp.cli import main as cli_main
 from ccddp.crypto.channel import LinkChannel
 
-SECRET_HEX = "5e" * 32
+SECRET_HEX = "7b84d0790e86aaab0310cd714f4417e5d3e7de00d1ed9adbdf2b7ca98b8c7ed4"
 GROUP_LINK_BASE = 0xFFFF0000
 
 

@@ -32,7 +32,7 @@ def _soak_rank(rank, n, iterations, warmup):
     from ccddp.comm import CommSettings, SecureGroup, all_reduce
     from ccddp.crypto.keys import GroupSecret
 
-    g = SecureGroup(CommSettings(segment_bytes=16384, chains=2, timeout_s=30), GroupSecret(b"s" * 32))
+    g = SecureGroup(CommSettings(segment_bytes=16384, chains=2, timeout_s=30), GroupSecret.generate())
     expect = {m: ((torch.arange(m) % 5) * n + n * (n + 1) / 2).float() for m in SIZES}
     wrong, samples, t0 = 0, [], time.monotonic()
     for i in range(iterations):

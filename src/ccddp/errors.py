@@ -52,3 +52,14 @@ class FrameFormatError(IntegrityError):
 
 class PeerTimeoutError(CCDDPError):
     """A peer did not answer within the configured timeout."""
+
+
+_MAX_REASON = 300
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line of at most 300 characters: what a rank may print of a
+    reason that came from a peer over the untrusted network (no control characters, no
+    terminal escapes, no log-line forgery)."""
+    clean = "".join(ch if ch.isprintable() else " " for ch in text)
+    return " ".join(clean.split())[:_MAX_REASON]

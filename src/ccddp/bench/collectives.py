@@ -22,6 +22,7 @@ import torch.distributed as dist
 from ccddp.bench.machine import machine_info, process_cpu_seconds
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
+from ccddp.comm.control import gather_json
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.errors import ConfigError
 
@@ -139,6 +140,9 @@ def bench(args: argparse.Namespace) -> list[dict]:
     n, rank = dist.get_world_size(), dist.get_rank()
     dtype = DTYPES[args.dtype]
     itemsize = torch.empty(0, dtype=dtype).element_size()
+    # Per-rank results (times, wrong-element counts) travel sealed on a group of their
+    # own: the host must not be able to turn a wrong result into "0 wrong".
+    report = SecureGroup(CommSettings(impl="secure", timeout_s=args.timeout))
     groups = {}
     for impl in args.impl.split(","):
         groups[impl] = SecureGroup(CommSettings(
@@ -171,42 +175,37 @@ def bench(args: argparse.Namespace) -> list[dict]:
                         cpus[impl].append(dc)
                         wrong[impl] += w
             del case
+            everyone = gather_json({impl: {"times": times[impl], "cpus": cpus[impl], "wrong": wrong[impl]}
+                                    for impl in groups}, report)
             # Each call's time is its slowest rank's, as in nccl-tests.
-            slowest = {}
-            for impl in groups:
-                t = torch.tensor(times[impl], dtype=torch.float64)
-                dist.all_reduce(t, op=dist.ReduceOp.MAX)
-                slowest[impl] = t.tolist()
+            slowest = {impl: [max(r[impl]["times"][i] for r in everyone) for i in range(args.iters)]
+                       for impl in groups}
             for impl, g in groups.items():
-                rows.append(_row(args, op, impl, g, n, rank, numel, itemsize, times[impl], cpus[impl],
-                                 wrong[impl], before[impl], paired_ratios(slowest, impl)))
-    for g in groups.values():
+                rows.append(_row(args, op, impl, g, n, rank, numel, itemsize, [r[impl] for r in everyone],
+                                 before[impl], paired_ratios(slowest, impl)))
+    for g in [*groups.values(), report]:
         g.close()
     return rows
 
 
 def _row(args, op: str, impl: str, g: SecureGroup, n: int, rank: int, numel: int, itemsize: int,
-         times: list[float], cpus: list[float], wrong: int, before: dict, paired: dict) -> dict:
-    """One table row; collective over the ranks (every rank calls it in the same order)."""
+         per_rank: list[dict], before: dict, paired: dict) -> dict:
+    """One table row from every rank's (authenticated) times, CPU times and wrong counts."""
     delta = CryptoCounters.diff(g.counters.snapshot(), before)
     # The median call of the slowest rank, as nccl-tests reports.
-    t = torch.tensor([statistics.median(times)], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    sec = max(statistics.median(r["times"]) for r in per_rank)
     # CPU per rank (median call, mean over ranks): with every core busy, no schedule can
     # take less wall time than this.
-    cpu = torch.tensor([statistics.median(cpus)], dtype=torch.float64)
-    dist.all_reduce(cpu)
-    wrong_t = torch.tensor([wrong], dtype=torch.int64)
-    dist.all_reduce(wrong_t)
-    sec = float(t)
+    cpu = sum(statistics.median(r["cpus"]) for r in per_rank)
+    wrong = sum(r["wrong"] for r in per_rank)
     algbw = numel * itemsize / sec / 1e9
     it = args.iters
     return {
         "op": op, "impl": impl, "bytes": numel * itemsize, "count": numel, "type": args.dtype,
         "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none",
         "world_size": n, "time_us": sec * 1e6, "algbw_gbps": algbw,
-        "busbw_gbps": algbw * bus_factor(op, n), "wrong": int(wrong_t),
-        "cpu_us_per_rank": float(cpu) / n * 1e6,
+        "busbw_gbps": algbw * bus_factor(op, n), "wrong": wrong,
+        "cpu_us_per_rank": cpu / n * 1e6,
         "paired_ratios": paired,
         "seals_per_rank": delta["seals"] / it, "opens_per_rank": delta["opens"] / it,
         "segments_sealed_per_rank": delta["segments_sealed"] / it,

@@ -21,7 +21,8 @@ import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info
 from ccddp.bench.worker import init_from_env, run_worker
-from ccddp.comm import CommSettings
+from ccddp.comm import CommSettings, SecureGroup
+from ccddp.comm.control import gather_json
 from ccddp.crypto import derive_purpose_key
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.ddp import BouncePath, SecureDDP
@@ -98,6 +99,14 @@ def _total(counters: dict) -> dict:
     return {k: counters["gradients"][k] + counters["broadcasts"][k] for k in keys}
 
 
+def gather_records(iterations: list[dict], model: SecureDDP, settings: CommSettings) -> list[list[dict]]:
+    """Every rank's iteration records, after the last step. They carry the loss (model
+    data), so CC-on seals them on the DDP group; CC-off sends them as its gradients go,
+    in plaintext. JSON either way, never pickle."""
+    group = model.sync_group if model.sync_group is not None else SecureGroup(settings)
+    return gather_json(iterations, group)
+
+
 def train(args: argparse.Namespace) -> dict:
     rank, n = dist.get_rank(), dist.get_world_size()
     wl = workload_from(args)
@@ -159,9 +168,7 @@ def train(args: argparse.Namespace) -> dict:
             "control_seals": grads["control_seals"] + sync["control_seals"],
             "loss": float(loss.detach().float()),
         })
-    # Timings (not model data) from every rank, after the last step.
-    per_rank: list = [None] * n
-    dist.all_gather_object(per_rank, iterations)
+    per_rank = gather_records(iterations, model, settings)
     sha = param_sha256(model.module)
     model.close()
     measured = [it for it in iterations if not it["warmup"]]

@@ -31,11 +31,11 @@ from ccddp.comm.naive import run_naive
 from ccddp.comm.pipeline import dtype_name, run_pipelined
 from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan
 from ccddp.comm.tree import run_tree_allreduce, tree_links
-from ccddp.crypto.aad import FrameContext, Op, Phase
+from ccddp.crypto.aad import DTYPE_NAME_BYTES, FrameContext, Op, Phase, dtype_field
 from ccddp.crypto.channel import TAG_BYTES
 from ccddp.errors import ConfigError, PeerTimeoutError
 
-_DESC = struct.Struct(">BQ12sI16s")
+_DESC = struct.Struct(f">BQ{DTYPE_NAME_BYTES}sI16s")
 
 
 def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -48,7 +48,7 @@ def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
 
 
 def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int) -> bytes:
-    return _DESC.pack(int(op), numel, dtype.encode()[:12], root, g.settings_digest)
+    return _DESC.pack(int(op), numel, dtype_field(dtype), root, g.settings_digest)
 
 
 def _explain(blob: bytes) -> str:

@@ -1,8 +1,12 @@
 """A secure group: the process group, its session, its link channels and buffers.
 
-Creating one is collective: rank 0 draws a random session id, then every rank checks
-that world size, settings and key material agree (a one-way fingerprint of the secret,
-bound to the session) and fails with a :class:`ConfigError` naming the difference.
+Creating one is collective: every rank contributes fresh randomness to a session whose id
+hashes all contributions and the group's identity and settings, and the group confirms
+under the key material that every rank holds the same secret and saw the same setup
+before any key is used (:mod:`ccddp.crypto.session`; or the authenticated key exchange
+of :mod:`ccddp.crypto.establish`). Ranks that disagree on world size, settings or key
+material, or a host that altered the setup, fail every rank with a :class:`ConfigError`
+that says what differs.
 
 Example::
 
@@ -14,8 +18,8 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 from datetime import timedelta
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -26,8 +30,9 @@ from ccddp.crypto.channel import LinkChannel, NonceRecorder, link_id
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.engine import CryptoEngine
 from ccddp.crypto.establish import EstablishedKeys, KeyEstablishment
-from ccddp.crypto.keys import SESSION_ID_BYTES, GroupSecret, derive_link_key, derive_purpose_key, digest
-from ccddp.errors import ConfigError
+from ccddp.crypto.keys import GroupSecret, derive_link_key, derive_purpose_key, digest
+from ccddp.crypto.session import agree_session
+from ccddp.errors import ConfigError, PeerTimeoutError
 
 # Link ids above this mark group-key channels (owner in the low bits), so their nonces
 # never collide with a per-link channel's even though the keys differ anyway.
@@ -35,36 +40,59 @@ _GROUP_LINK_BASE = 0xFFFF0000
 _MAX_CACHED_BYTES = 256 << 20
 
 
-def all_gather_flat(output: torch.Tensor, input: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
+# A control message is small; a larger announced size is refused before allocating.
+MAX_CONTROL_BYTES = 1 << 26
+
+
+def all_gather_flat(output: torch.Tensor, input: torch.Tensor, group: dist.ProcessGroup | None = None,
+                    timeout_s: float | None = None) -> None:
     """torch.distributed's plaintext all-gather into one flat tensor, under the name the
     running torch has: ``all_gather_single`` where it exists (newer versions deprecate
-    ``all_gather_into_tensor`` with a warning on every call), else the older name."""
+    ``all_gather_into_tensor`` with a warning on every call), else the older name.
+    With ``timeout_s`` the wait is bounded (the process group's own timeout may be gloo's
+    30 minutes) and ends in :class:`PeerTimeoutError`."""
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    gather(output, input, group=group)
+    if timeout_s is None:
+        gather(output, input, group=group)
+        return
+    work = gather(output, input, group=group, async_op=True)
+    try:
+        work.wait(timedelta(seconds=timeout_s))
+    except RuntimeError:
+        raise PeerTimeoutError(f"a control-plane exchange did not complete within {timeout_s:g}s: "
+                               "a peer failed, is slow to start, or was started with another world size") from None
 
 
-def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None) -> list[bytes]:
-    """All-gather one byte string per rank over ``pg`` (untrusted): plain uint8 tensors,
+def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None, timeout_s: float | None = None) -> list[bytes]:
+    """All-gather one byte string per rank over ``pg``, in plaintext: plain uint8 tensors,
     never pickle, because ``*_object`` collectives unpickle what peers send and the host
-    that carries those bytes could make a TEE run its code.
+    that carries those bytes could make a TEE run its code. What comes back is
+    host-controlled: authenticate it before trusting it (:mod:`ccddp.crypto.session`
+    does, for the setup; :func:`ccddp.comm.control.gather_sealed` seals instead).
 
     Example::
 
         names = exchange_bytes(socket.gethostname().encode())   # [b"node0", b"node1", ...]
     """
-    n = dist.get_world_size(pg)
-    sizes = torch.zeros(n, dtype=torch.int64)
-    all_gather_flat(sizes, torch.tensor([len(blob)], dtype=torch.int64), group=pg)
+    return gather_blobs(blob, dist.get_world_size(pg),
+                        lambda out, inp: all_gather_flat(out, inp, group=pg, timeout_s=timeout_s))
+
+
+def gather_blobs(blob: bytes, world_size: int, gather: Callable[[torch.Tensor, torch.Tensor], None]) -> list[bytes]:
+    """One byte string per rank through ``gather(output, input)``, an all-gather of flat
+    tensors: lengths first, then the strings padded to the longest."""
+    sizes = torch.zeros(world_size, dtype=torch.int64)
+    gather(sizes, torch.tensor([len(blob)], dtype=torch.int64))
     width = max(1, int(sizes.max()))
-    if width > 1 << 26 or int(sizes.min()) < 0:
+    if width > MAX_CONTROL_BYTES or int(sizes.min()) < 0:
         raise ConfigError(f"a rank announced a control message of {width} bytes; refusing it")
     mine = torch.zeros(width, dtype=torch.uint8)
     if blob:
         mine[:len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
-    everyone = torch.empty(n * width, dtype=torch.uint8)
-    all_gather_flat(everyone, mine, group=pg)
+    everyone = torch.empty(world_size * width, dtype=torch.uint8)
+    gather(everyone, mine)
     raw = everyone.numpy().tobytes()
-    return [raw[r * width:r * width + int(sizes[r])] for r in range(n)]
+    return [raw[r * width:r * width + int(sizes[r])] for r in range(world_size)]
 
 
 class SecureGroup:
@@ -72,8 +100,7 @@ class SecureGroup:
 
     def __init__(self, settings: CommSettings | None = None, secret: GroupSecret | None = None,
                  pg: dist.ProcessGroup | None = None, *, recorder: NonceRecorder | None = None,
-                 transport: Transport | None = None, session_id: bytes | None = None,
-                 establishment: KeyEstablishment | None = None) -> None:
+                 transport: Transport | None = None, establishment: KeyEstablishment | None = None) -> None:
         if not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
         self.settings = settings or CommSettings()
@@ -87,13 +114,20 @@ class SecureGroup:
             establishment = KeyEstablishment.from_env()
             if establishment is None:
                 secret = GroupSecret.from_env()
+        # What every rank must agree on: the group's identity and its settings. It is
+        # hashed into the session id, so keys are bound to it.
+        context = {"world size": self.world_size, "group ranks": dist.get_process_group_ranks(self.pg),
+                   "collective settings": self.settings.fingerprint()}
         self.keys: EstablishedKeys | None = None
         if establishment is not None:
-            if secret is not None or session_id is not None:
-                raise ConfigError("pass either a pre-shared secret (and session id) or an establishment, not both")
+            if secret is not None:
+                raise ConfigError("pass either a pre-shared secret or an establishment, not both")
             self.keys = establishment.run(self.rank, self.world_size, self.exchange_bytes,
-                                          context=self.settings.fingerprint().encode())
-            secret, session_id = self.keys.group_secret, self.keys.session_id
+                                          context=json.dumps(context, sort_keys=True).encode())
+            secret, self.session_id = self.keys.group_secret, self.keys.session_id
+        else:
+            self.session_id = agree_session(secret if self.settings.secure else None, self.rank, self.world_size,
+                                            self.exchange_bytes, context=context).session_id
         self.secret = secret
         self.recorder = recorder
         self.counters = CryptoCounters()
@@ -112,8 +146,6 @@ class SecureGroup:
         self._rx: dict[int, LinkChannel] = {}
         self._group_rx: dict[int, LinkChannel] = {}
         self._buffers: dict[str, torch.Tensor] = {}
-        self.session_id = session_id if session_id is not None else self._agree_session()
-        self._check_agreement()
         # What every collective's descriptor carries of the settings; computed once.
         self.settings_digest = bytes.fromhex(digest(self.settings.fingerprint().encode()))[:16]
         # Keys the gloo tags of collectives' data (collectives.data_tag): the tag is seen
@@ -125,36 +157,9 @@ class SecureGroup:
 
     # -- establishment -------------------------------------------------------------
     def exchange_bytes(self, blob: bytes) -> list[bytes]:
-        """All-gather one byte string per rank over this group's process group."""
-        return exchange_bytes(blob, self.pg)
-
-    def _agree_session(self) -> bytes:
-        sid = torch.frombuffer(bytearray(os.urandom(SESSION_ID_BYTES)), dtype=torch.uint8)
-        dist.broadcast(sid, src=dist.get_global_rank(self.pg, 0), group=self.pg)
-        return sid.numpy().tobytes()
-
-    def _check_agreement(self) -> None:
-        mine = {
-            "world_size": self.world_size,
-            "settings": self.settings.fingerprint(),
-            "key": self.secret.fingerprint(self.session_id).hex() if self.secret else None,
-        }
-        everyone = []
-        for r, blob in enumerate(self.exchange_bytes(json.dumps(mine, sort_keys=True).encode())):
-            try:
-                theirs = json.loads(blob)
-                if not isinstance(theirs, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                raise ConfigError(f"rank {r}'s settings message is malformed (another ccddp version?)") from None
-            everyone.append(theirs)
-        for r, theirs in enumerate(everyone):
-            for field in ("world_size", "settings", "key"):
-                if theirs.get(field) != mine[field]:
-                    what = {"world_size": "world size", "settings": "collective settings",
-                            "key": "key material (group secret)"}[field]
-                    detail = "" if field == "key" else f": rank {r} has {theirs.get(field)}, rank {self.rank} has {mine[field]}"
-                    raise ConfigError(f"ranks disagree on {what}{detail}")
+        """All-gather one byte string per rank over this group's process group, in
+        plaintext, within the settings' timeout (the setup's transport)."""
+        return exchange_bytes(blob, self.pg, self.settings.timeout_s)
 
     # -- channels ------------------------------------------------------------------
     def _link(self, src: int, dst: int) -> LinkChannel:

@@ -17,7 +17,21 @@ import enum
 import struct
 from dataclasses import dataclass
 
-_FORMAT = struct.Struct(">16sQBBIIIIQ12s")
+from ccddp.errors import ConfigError
+
+# The dtype travels by its full name, zero-padded: a truncated name would make dtypes
+# such as float8_e4m3fn and float8_e4m3fnuz indistinguishable to the receiver.
+DTYPE_NAME_BYTES = 32
+_FORMAT = struct.Struct(f">16sQBBIIIIQ{DTYPE_NAME_BYTES}s")
+
+
+def dtype_field(name: str) -> bytes:
+    """``name`` as the fixed-width field AADs and descriptors carry; refuses a name that
+    would not fit whole (no torch dtype comes close)."""
+    raw = name.encode()
+    if len(raw) > DTYPE_NAME_BYTES or b"\0" in raw:
+        raise ConfigError(f"dtype name {name!r} does not fit the {DTYPE_NAME_BYTES}-byte frame context")
+    return raw
 
 
 class Op(enum.IntEnum):
@@ -55,7 +69,7 @@ class FrameContext:
 
     def pack(self) -> bytes:
         return _FORMAT.pack(self.session, self.seq, int(self.op), int(self.phase), self.step,
-                            self.segment, self.src, self.dst, self.nbytes, self.dtype.encode()[:12])
+                            self.segment, self.src, self.dst, self.nbytes, dtype_field(self.dtype))
 
     def where(self) -> str:
         return f"{self.op.name.lower()}#{self.seq}/{self.phase.name.lower()}"

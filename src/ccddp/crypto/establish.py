@@ -55,7 +55,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ccddp.crypto.keys import KEY_BYTES, SESSION_ID_BYTES, GroupSecret, _hkdf, derive_link_key
-from ccddp.errors import CCDDPError, ConfigError
+from ccddp.errors import CCDDPError, ConfigError, one_line
 
 ENV_IDENTITY = "CCDDP_IDENTITY"
 ENV_ALLOWLIST = "CCDDP_ALLOWLIST"
@@ -68,7 +68,6 @@ _MAX_EVIDENCE = 1 << 20
 _CONFIRM_BYTES = 16
 _WRAPPED_BYTES = KEY_BYTES + 16
 _LABEL = b"ccddp/v1/est/"
-_MAX_REASON = 300
 
 
 class EstablishmentError(CCDDPError):
@@ -291,11 +290,6 @@ def _verify_signature(m: Message) -> None:
                                  "was altered in transit") from None
 
 
-def _one_line(text: str) -> str:
-    clean = "".join(ch if ch.isprintable() else " " for ch in text)
-    return " ".join(clean.split())[:_MAX_REASON]
-
-
 # -- the result ------------------------------------------------------------------------
 
 class EstablishedKeys:
@@ -401,13 +395,13 @@ class KeyEstablishment:
         # Round 3, a verdict: a failure only one rank can see (its round-2 replies were
         # tampered with) still stops every rank here, instead of leaving the others to
         # wait on it later. The host can forge verdicts: that only denies service.
-        verdicts = exchange(b"ok" if keys is not None else b"fail" + _one_line(problem).encode())
+        verdicts = exchange(b"ok" if keys is not None else b"fail" + one_line(problem).encode())
         if keys is None:
             raise EstablishmentError(problem)
         for j, v in enumerate(verdicts):
             if bytes(v) != b"ok":
                 raise EstablishmentError(f"key establishment failed on rank {j} (as rank {j} reports): "
-                                         f"{_one_line(bytes(v)[4:].decode(errors='replace'))}")
+                                         f"{one_line(bytes(v)[4:].decode(errors='replace'))}")
         return keys
 
     # round 1: who is in the group --------------------------------------------------------
@@ -453,7 +447,7 @@ class KeyEstablishment:
     def _round2(self, rank: int, world_size: int, problem: str | None, pair: dict[int, bytes],
                 transcript: bytes, group_value: bytes) -> bytes:
         if problem is not None:
-            return b"\x01" + _one_line(problem).encode()
+            return b"\x01" + one_line(problem).encode()
         out = [b"\x00"]
         for j in range(world_size):
             out.append(bytes(_CONFIRM_BYTES) if j == rank else self._confirm_tag(pair[j], transcript, rank, j))
@@ -478,7 +472,7 @@ class KeyEstablishment:
             r = bytes(r)
             if r[:1] == b"\x01":
                 raise EstablishmentError(f"key establishment failed on rank {j} (as rank {j} reports): "
-                                         f"{_one_line(r[1:].decode(errors='replace'))}")
+                                         f"{one_line(r[1:].decode(errors='replace'))}")
         for j, r in enumerate(replies):
             r = bytes(r)
             expect_len = 1 + world_size * _CONFIRM_BYTES + (world_size * _WRAPPED_BYTES if j == 0 else 0)

@@ -1,15 +1,18 @@
 """Key material: the group secret and the per-link keys derived from it.
 
 Every directed link ``src -> dst`` gets its own AES-256 key, derived with HKDF-SHA256
-from an authenticated shared secret, a per-run session id, the two ranks and a key epoch.
-A fresh random session id per run makes keys differ across process restarts, so a
-counter that restarts at zero never meets a key it was used with before.
+from an authenticated shared secret, a session id, the two ranks and a key epoch. The
+session id is the hash of a setup exchange to which every rank contributed fresh
+randomness (:mod:`ccddp.crypto.session`), so keys differ for every group and every run,
+and a counter that restarts at zero never meets a key it was used with before -- however
+the host replays or rewrites the setup messages.
 
 Example::
 
     secret = GroupSecret.generate()
-    k01 = derive_link_key(secret, session_id=b"\\0" * 16, src=0, dst=1)
-    assert k01 != derive_link_key(secret, session_id=b"\\0" * 16, src=1, dst=0)
+    sid = os.urandom(16)                   # in a group: agree_session(...).session_id
+    k01 = derive_link_key(secret, session_id=sid, src=0, dst=1)
+    assert k01 != derive_link_key(secret, session_id=sid, src=1, dst=0)
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ ENV_SECRET = "CCDDP_GROUP_SECRET"
 ENV_SECRET_FILE = "CCDDP_GROUP_SECRET_FILE"
 
 _LABEL = b"ccddp/v1/"
+# A secret that repeats a pattern this short, or has fewer distinct byte values than
+# this in its first KEY_BYTES bytes, is refused as guessable. A random 32-byte secret
+# fails either rule with probability below 2^-80.
+_MAX_PATTERN = 16
+_MIN_DISTINCT = 12
+HOW_TO_MAKE = "make one with: python -c \"import secrets; print(secrets.token_hex(32))\""
 
 
 def _hkdf(ikm: bytes, salt: bytes, info: bytes) -> bytes:
@@ -50,7 +59,11 @@ class GroupSecret:
 
     def __post_init__(self) -> None:
         if len(self.value) < KEY_BYTES:
-            raise ConfigError(f"group secret must be at least {KEY_BYTES} bytes, got {len(self.value)}")
+            raise ConfigError(f"group secret is {len(self.value)} bytes; it must be at least {KEY_BYTES} "
+                              f"random bytes ({2 * KEY_BYTES} hex digits): {HOW_TO_MAKE}")
+        weakness = guessable(self.value)
+        if weakness:
+            raise ConfigError(f"group secret looks guessable ({weakness}); use a random one: {HOW_TO_MAKE}")
 
     def __repr__(self) -> str:
         return "GroupSecret(<hidden>)"
@@ -61,10 +74,15 @@ class GroupSecret:
 
     @classmethod
     def from_hex(cls, text: str) -> "GroupSecret":
-        try:
-            return cls(bytes.fromhex(text.strip()))
-        except ValueError as e:
-            raise ConfigError(f"group secret is not valid hex: {e}") from None
+        text = text.strip()
+        bad = next((i for i, ch in enumerate(text) if ch not in "0123456789abcdefABCDEF"), None)
+        if bad is not None:
+            raise ConfigError(f"group secret must be hex digits (0-9, a-f), but character {bad + 1} is "
+                              f"{text[bad]!r}: {HOW_TO_MAKE}")
+        if len(text) % 2:
+            raise ConfigError(f"group secret has an odd number of hex digits ({len(text)}); it must be "
+                              f"{2 * KEY_BYTES} hex digits: {HOW_TO_MAKE}")
+        return cls(bytes.fromhex(text))
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "GroupSecret":
@@ -84,12 +102,19 @@ class GroupSecret:
             "e.g. export CCDDP_GROUP_SECRET=$(python -c 'import os;print(os.urandom(32).hex())')"
         )
 
-    def fingerprint(self, session_id: bytes) -> bytes:
-        """A one-way value ranks compare to confirm they hold the same secret.
 
-        It is bound to the session so that it says nothing across runs.
-        """
-        return _hkdf(self.value, session_id, _LABEL + b"confirm")[:16]
+
+def guessable(value: bytes) -> str | None:
+    """Why ``value`` is too regular to be a secret (a short repeated pattern, few distinct
+    bytes), or None. Only obvious non-random values are caught: a secret that passes is not
+    thereby random -- generate it with a CSPRNG."""
+    for period in range(1, _MAX_PATTERN + 1):
+        if period < len(value) and all(value[i] == value[i - period] for i in range(period, len(value))):
+            return f"it repeats a pattern of {period} byte{'s' if period > 1 else ''}"
+    distinct = len(set(value[:KEY_BYTES]))
+    if distinct < _MIN_DISTINCT:
+        return f"its first {KEY_BYTES} bytes hold only {distinct} distinct values"
+    return None
 
 
 def derive_link_key(secret: GroupSecret, session_id: bytes, src: int, dst: int, epoch: int = 0) -> bytes:

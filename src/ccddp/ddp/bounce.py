@@ -6,7 +6,7 @@ process, but the crypto is real and timed as its own phase.
 
 Example::
 
-    path = BouncePath(key)
+    path = BouncePath(key, session_id=group.session_id)
     staged = path.stage(batch)        # ciphertext only: what crosses PCIe
     batch = path.receive(staged)      # verified plaintext on the device side
 """
@@ -19,6 +19,8 @@ import torch
 
 from ccddp.crypto import TAG_BYTES, FrameContext, LinkChannel, Op, Phase
 from ccddp.crypto.counters import CryptoCounters
+from ccddp.crypto.keys import SESSION_ID_BYTES
+from ccddp.errors import ConfigError
 
 _BOUNCE_LINK = 0xFFFE0000
 
@@ -31,10 +33,18 @@ class StagedTensor:
 
 
 class BouncePath:
-    """Seals batches on the CPU side and opens them on the device side."""
+    """Seals batches on the CPU side and opens them on the device side.
 
-    def __init__(self, key: bytes, session_id: bytes = b"\0" * 16, counters: CryptoCounters | None = None,
+    ``key`` must be fresh for this run (derive it from the group's session, e.g.
+    ``derive_purpose_key(group.secret, group.session_id, f"bounce/{rank}")``): its counter
+    starts at zero, so a key used by an earlier path would repeat nonces. ``session_id``
+    (the group's) is bound into every frame's AAD.
+    """
+
+    def __init__(self, key: bytes, *, session_id: bytes, counters: CryptoCounters | None = None,
                  device: str | torch.device = "cpu") -> None:
+        if len(session_id) != SESSION_ID_BYTES or not any(session_id):
+            raise ConfigError(f"BouncePath needs the group's {SESSION_ID_BYTES}-byte session id")
         self.counters = counters if counters is not None else CryptoCounters()
         self._tx = LinkChannel(key, _BOUNCE_LINK, "cpu->device", counters=self.counters)
         self._rx = LinkChannel(key, _BOUNCE_LINK, "cpu->device", counters=self.counters)
