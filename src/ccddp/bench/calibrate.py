@@ -50,7 +50,7 @@ import numpy as np
 
 from ccddp.bench.calibrate_fit import KIB, MIB, derive_profile, fit_line
 from ccddp.bench.machine import process_cpu_seconds
-from ccddp.comm.group import all_gather_flat
+from ccddp.comm.transport import all_gather_flat
 
 
 # -- helpers -----------------------------------------------------------------------------

@@ -44,7 +44,7 @@ import torch.distributed as dist
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.adversary import AbortSignal, AdversarialTransport, AdversaryError, Rule
-from ccddp.comm.group import exchange_bytes
+from ccddp.comm.transport import exchange_bytes
 from ccddp.comm.transport import Transport
 from ccddp.crypto.establish import KeyEstablishment
 from ccddp.crypto.keys import GroupSecret

@@ -26,7 +26,8 @@ import struct
 import torch
 import torch.distributed as dist
 
-from ccddp.comm.group import SecureGroup, all_gather_flat
+from ccddp.comm.group import SecureGroup
+from ccddp.comm.transport import all_gather_flat
 from ccddp.comm.naive import run_naive
 from ccddp.comm.pipeline import dtype_name, run_pipelined
 from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 
 from ccddp.comm.collectives import all_gather
-from ccddp.comm.group import SecureGroup, exchange_bytes, gather_blobs
+from ccddp.comm.group import SecureGroup
+from ccddp.comm.transport import exchange_bytes, gather_blobs
 from ccddp.errors import ConfigError
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -32,67 +31,12 @@ from ccddp.crypto.engine import CryptoEngine
 from ccddp.crypto.establish import EstablishedKeys, KeyEstablishment
 from ccddp.crypto.keys import GroupSecret, derive_link_key, derive_purpose_key, digest
 from ccddp.crypto.session import agree_session
-from ccddp.errors import ConfigError, PeerTimeoutError
+from ccddp.errors import ConfigError
 
 # Link ids above this mark group-key channels (owner in the low bits), so their nonces
 # never collide with a per-link channel's even though the keys differ anyway.
 _GROUP_LINK_BASE = 0xFFFF0000
 _MAX_CACHED_BYTES = 256 << 20
-
-
-# A control message is small; a larger announced size is refused before allocating.
-MAX_CONTROL_BYTES = 1 << 26
-
-
-def all_gather_flat(output: torch.Tensor, input: torch.Tensor, group: dist.ProcessGroup | None = None,
-                    timeout_s: float | None = None) -> None:
-    """torch.distributed's plaintext all-gather into one flat tensor, under the name the
-    running torch has: ``all_gather_single`` where it exists (newer versions deprecate
-    ``all_gather_into_tensor`` with a warning on every call), else the older name.
-    With ``timeout_s`` the wait is bounded (the process group's own timeout may be gloo's
-    30 minutes) and ends in :class:`PeerTimeoutError`."""
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    if timeout_s is None:
-        gather(output, input, group=group)
-        return
-    work = gather(output, input, group=group, async_op=True)
-    try:
-        work.wait(timedelta(seconds=timeout_s))
-    except RuntimeError:
-        raise PeerTimeoutError(f"a control-plane exchange did not complete within {timeout_s:g}s: "
-                               "a peer failed, is slow to start, or was started with another world size") from None
-
-
-def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None, timeout_s: float | None = None) -> list[bytes]:
-    """All-gather one byte string per rank over ``pg``, in plaintext: plain uint8 tensors,
-    never pickle, because ``*_object`` collectives unpickle what peers send and the host
-    that carries those bytes could make a TEE run its code. What comes back is
-    host-controlled: authenticate it before trusting it (:mod:`ccddp.crypto.session`
-    does, for the setup; :func:`ccddp.comm.control.gather_sealed` seals instead).
-
-    Example::
-
-        names = exchange_bytes(socket.gethostname().encode())   # [b"node0", b"node1", ...]
-    """
-    return gather_blobs(blob, dist.get_world_size(pg),
-                        lambda out, inp: all_gather_flat(out, inp, group=pg, timeout_s=timeout_s))
-
-
-def gather_blobs(blob: bytes, world_size: int, gather: Callable[[torch.Tensor, torch.Tensor], None]) -> list[bytes]:
-    """One byte string per rank through ``gather(output, input)``, an all-gather of flat
-    tensors: lengths first, then the strings padded to the longest."""
-    sizes = torch.zeros(world_size, dtype=torch.int64)
-    gather(sizes, torch.tensor([len(blob)], dtype=torch.int64))
-    width = max(1, int(sizes.max()))
-    if width > MAX_CONTROL_BYTES or int(sizes.min()) < 0:
-        raise ConfigError(f"a rank announced a control message of {width} bytes; refusing it")
-    mine = torch.zeros(width, dtype=torch.uint8)
-    if blob:
-        mine[:len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
-    everyone = torch.empty(world_size * width, dtype=torch.uint8)
-    gather(everyone, mine)
-    raw = everyone.numpy().tobytes()
-    return [raw[r * width:r * width + int(sizes[r])] for r in range(world_size)]
 
 
 class SecureGroup:
@@ -114,6 +58,19 @@ class SecureGroup:
             establishment = KeyEstablishment.from_env()
             if establishment is None:
                 secret = GroupSecret.from_env()
+        self.recorder = recorder
+        self.counters = CryptoCounters()
+        if transport is None:
+            downward = None
+            if self.settings.impl != "gloo":
+                # One connection per direction of each link (see Transport._link):
+                # 2-rank and tree collectives send and receive on the same link.
+                downward = dist.new_group(
+                    dist.get_process_group_ranks(self.pg), backend="gloo",
+                    timeout=timedelta(seconds=max(60.0, self.settings.timeout_s)), use_local_synchronization=True)
+            transport = Transport(self.pg, self.settings.timeout_s, downward=downward)
+        # The setup's messages cross the transport too, where an adversary can reach them.
+        self.transport = transport
         # What every rank must agree on: the group's identity and its settings. It is
         # hashed into the session id, so keys are bound to it.
         context = {"world size": self.world_size, "group ranks": dist.get_process_group_ranks(self.pg),
@@ -129,18 +86,6 @@ class SecureGroup:
             self.session_id = agree_session(secret if self.settings.secure else None, self.rank, self.world_size,
                                             self.exchange_bytes, context=context).session_id
         self.secret = secret
-        self.recorder = recorder
-        self.counters = CryptoCounters()
-        if transport is None:
-            downward = None
-            if self.settings.impl != "gloo":
-                # One connection per direction of each link (see Transport._link):
-                # 2-rank and tree collectives send and receive on the same link.
-                downward = dist.new_group(
-                    dist.get_process_group_ranks(self.pg), backend="gloo",
-                    timeout=timedelta(seconds=max(60.0, self.settings.timeout_s)), use_local_synchronization=True)
-            transport = Transport(self.pg, self.settings.timeout_s, downward=downward)
-        self.transport = transport
         self.seq = 0
         self._tx: dict[int, LinkChannel] = {}
         self._rx: dict[int, LinkChannel] = {}
@@ -157,9 +102,9 @@ class SecureGroup:
 
     # -- establishment -------------------------------------------------------------
     def exchange_bytes(self, blob: bytes) -> list[bytes]:
-        """All-gather one byte string per rank over this group's process group, in
-        plaintext, within the settings' timeout (the setup's transport)."""
-        return exchange_bytes(blob, self.pg, self.settings.timeout_s)
+        """Every rank's ``blob``, in plaintext, through this group's transport (the setup's
+        messages)."""
+        return self.transport.exchange(blob)
 
     # -- channels ------------------------------------------------------------------
     def _link(self, src: int, dst: int) -> LinkChannel:

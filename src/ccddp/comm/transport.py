@@ -1,20 +1,22 @@
-"""Point-to-point frames over torch.distributed, with finite waits.
+"""Bytes between ranks over torch.distributed, with finite waits.
 
-Every byte of a collective goes through :class:`Transport`, so tests (and users checking
-their cluster) can put an adversary on the link by subclassing it (see
-``ccddp.comm.adversary``). gloo P2P work objects have no futures; completion is polled
-with ``is_completed`` and awaited with a timeout.
+Every byte of a collective goes through :class:`Transport` -- the point-to-point frames
+of the data and the plaintext all-gathers of the setup (:meth:`Transport.exchange`) --
+so tests (and users checking their cluster) can put an adversary on the link by
+subclassing it (see ``ccddp.comm.adversary``). gloo P2P work objects have no futures;
+completion is polled with ``is_completed`` and awaited with a timeout.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from ccddp.errors import PeerTimeoutError
+from ccddp.errors import ConfigError, PeerTimeoutError
 
 
 class Transport:
@@ -57,6 +59,11 @@ class Transport:
         out and its connection was closed)."""
         return PeerTimeoutError(f"rank {self.rank}: {what}: {gloo_reason(e)}")
 
+    def exchange(self, blob: bytes) -> list[bytes]:
+        """Every rank's ``blob`` (a plaintext all-gather over the process group, within the
+        timeout): how a group's setup messages travel. Collective."""
+        return exchange_bytes(blob, self.pg, self.timeout.total_seconds())
+
     def wait(self, work, peer: int, what: str) -> None:
         """Wait for ``work`` or raise :class:`PeerTimeoutError` naming the peer."""
         try:
@@ -65,6 +72,61 @@ class Transport:
             raise PeerTimeoutError(
                 f"rank {self.rank}: {what} with rank {peer} did not complete within "
                 f"{self.timeout.total_seconds():g}s or the peer failed ({gloo_reason(e)})") from None
+
+
+# A control message is small; a larger announced size is refused before allocating.
+MAX_CONTROL_BYTES = 1 << 26
+
+
+def all_gather_flat(output: torch.Tensor, input: torch.Tensor, group: dist.ProcessGroup | None = None,
+                    timeout_s: float | None = None) -> None:
+    """torch.distributed's plaintext all-gather into one flat tensor, under the name the
+    running torch has: ``all_gather_single`` where it exists (newer versions deprecate
+    ``all_gather_into_tensor`` with a warning on every call), else the older name.
+    With ``timeout_s`` the wait is bounded (the process group's own timeout may be gloo's
+    30 minutes) and ends in :class:`PeerTimeoutError`."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    if timeout_s is None:
+        gather(output, input, group=group)
+        return
+    work = gather(output, input, group=group, async_op=True)
+    try:
+        work.wait(timedelta(seconds=timeout_s))
+    except RuntimeError:
+        raise PeerTimeoutError(f"a control-plane exchange did not complete within {timeout_s:g}s: "
+                               "a peer failed, is slow to start, or was started with another world size") from None
+
+
+def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None, timeout_s: float | None = None) -> list[bytes]:
+    """All-gather one byte string per rank over ``pg``, in plaintext: plain uint8 tensors,
+    never pickle, because ``*_object`` collectives unpickle what peers send and the host
+    that carries those bytes could make a TEE run its code. What comes back is
+    host-controlled: authenticate it before trusting it (:mod:`ccddp.crypto.session`
+    does, for the setup; :func:`ccddp.comm.control.gather_sealed` seals instead).
+
+    Example::
+
+        names = exchange_bytes(socket.gethostname().encode())   # [b"node0", b"node1", ...]
+    """
+    return gather_blobs(blob, dist.get_world_size(pg),
+                        lambda out, inp: all_gather_flat(out, inp, group=pg, timeout_s=timeout_s))
+
+
+def gather_blobs(blob: bytes, world_size: int, gather: Callable[[torch.Tensor, torch.Tensor], None]) -> list[bytes]:
+    """One byte string per rank through ``gather(output, input)``, an all-gather of flat
+    tensors: lengths first, then the strings padded to the longest."""
+    sizes = torch.zeros(world_size, dtype=torch.int64)
+    gather(sizes, torch.tensor([len(blob)], dtype=torch.int64))
+    width = max(1, int(sizes.max()))
+    if width > MAX_CONTROL_BYTES or int(sizes.min()) < 0:
+        raise ConfigError(f"a rank announced a control message of {width} bytes; refusing it")
+    mine = torch.zeros(width, dtype=torch.uint8)
+    if blob:
+        mine[:len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+    everyone = torch.empty(world_size * width, dtype=torch.uint8)
+    gather(everyone, mine)
+    raw = everyone.numpy().tobytes()
+    return [raw[r * width:r * width + int(sizes[r])] for r in range(world_size)]
 
 
 def gloo_reason(e: Exception) -> str:
