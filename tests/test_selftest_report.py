@@ -11,9 +11,10 @@ against any version:
   that the receiver "raised IntegrityError at the tampered frame". The row must still
   say the case failed, on every rank;
 - a host that alters the sealed report (the outcomes of the last case) is detected: the
-  rank that receives it raises IntegrityError instead of returning rows.
+  rank that receives it raises IntegrityError instead of returning rows;
+- ``ccddp selftest`` exits non-zero when any rank failed, even if rank 0's rows passed.
 
-One launch of two ranks runs both.
+One launch of two ranks runs the first two.
 """
 
 from __future__ import annotations
@@ -178,3 +179,24 @@ def test_a_forged_outcome_does_not_turn_a_failed_case_into_a_pass(hostile_run):
 def test_an_altered_report_is_detected(hostile_run):
     altered = hostile_run[0].value["altered"]
     assert altered.get("type") == "IntegrityError", altered
+
+
+def test_the_cli_fails_when_any_rank_failed(tmp_path, monkeypatch, capsys):
+    """Rank 0's rows all passed, but another rank stopped (say, on a report that failed
+    authentication there): the exit status is the AND over ranks."""
+    import ccddp.bench.launch
+    from ccddp.cli import main
+    from ccddp.errors import CCDDPError
+
+    def torchrun(module, args, **kw):
+        out = args[args.index("--json") + 1]
+        row = {"attack": "flip", "collective": "all_reduce", "world_size": 2, "expected": "e", "observed": "e",
+               "passed": True}
+        with open(out, "w") as f:
+            json.dump({"schema": "ccddp.selftest/1", "rows": [row]}, f)
+        raise CCDDPError("rank 1: IntegrityError: frame failed authentication")
+
+    monkeypatch.setattr(ccddp.bench.launch, "torchrun", torchrun)
+    assert main(["selftest", "--world-size", "2", "--attacks", "flip", "--collectives", "all_reduce"]) == 1
+    captured = capsys.readouterr()
+    assert "1 of 1 cases passed" in captured.out and "a rank failed" in captured.err
