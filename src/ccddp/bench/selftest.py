@@ -47,7 +47,7 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import Enum
 from typing import Protocol
@@ -380,7 +380,11 @@ def _plan(attack: str, n: int, src: int, dst: int, sizes: list[list[int]], label
 
 def _setup_plan(attack: str, src: int, dst: int, timeout_s: float) -> Plan:
     nth = SETUP_ATTACKS[attack]
-    return Plan(SetupRule(attack, src, dst, nth), nth, Expect.REFUSED, timeout_s,
+    # A flip must change what ``dst`` checks, not a field meant for another rank: after the
+    # status byte, a confirmation is one 32-byte MAC (pre-shared secret) or a 16-byte tag
+    # per rank (identity keys); byte 1 + 16 * dst lies in the part ``dst`` checks in both.
+    byte = 1 + 16 * dst if attack == "flip" else None
+    return Plan(SetupRule(attack, src, dst, nth, byte=byte), nth, Expect.REFUSED, timeout_s,
                 "contribution" if nth == 0 else "key confirmation")
 
 
@@ -413,24 +417,40 @@ def _labels_from(table: dict[str, dict]) -> dict[int, FrameLabel]:
     return {int(i): FrameLabel(**d) for i, d in table.items()}
 
 
-def run_case(case_no: int, attack: str, collective: str, secret: GroupSecret | None, base: CommSettings,
-             short_timeout_s: float, report: SecureGroup, setup_history: list) -> dict:
+@dataclass
+class SelftestRun:
+    """What the cases of one selftest share."""
+
+    secret: GroupSecret | None
+    base: CommSettings
+    short_timeout_s: float
+    report: SecureGroup         # clean and secure: every verdict-deciding message crosses it
+    setup_history: list = field(default_factory=list)       # every setup each rank received
+    transports: list[AdversarialTransport] = field(default_factory=list)
+
+
+def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> dict:
     """Run one case on every rank; every rank returns the same judged row. What decides
-    the row crosses sealed, on ``report``."""
+    the row crosses sealed, on ``run.report``."""
     rank, n = dist.get_rank(), dist.get_world_size()
     src, dst = 0, 1
+    secret, base, report = run.secret, run.base, run.report
     abort = AbortSignal.default(f"{report.session_id.hex()}/{case_no}")
     # A process group per case: a failed case leaves receives behind and its timed-out
     # waits close their connections; neither may touch the next case.
     pg = dist.new_group(backend="gloo", timeout=timedelta(seconds=base.timeout_s + 5))
-    tr = AdversarialTransport(pg, base.timeout_s, tag=_TAG_BASE + case_no, abort=abort, setup_history=setup_history)
+    tr = AdversarialTransport(pg, base.timeout_s, tag=_TAG_BASE + case_no, abort=abort,
+                              setup_history=run.setup_history)
+    run.transports.append(tr)
     setup: dict = {"status": "ok"}
     plan, case, g = None, None, None
     try:
         g = SecureGroup(base, secret, pg, transport=tr)
         ok0 = CollectiveCase("all_reduce", g, tr).run()
         case = make_case(collective, g, tr, secret)
-        tr = case.transport
+        if case.transport is not tr:
+            tr = case.transport
+            run.transports.append(tr)
         if case.warm_up:
             ok0 = case.run() and ok0
         tr.arm()
@@ -452,7 +472,7 @@ def run_case(case_no: int, attack: str, collective: str, secret: GroupSecret | N
                 plan = _setup_plan(attack, src, dst, base.timeout_s)
             else:
                 labels = [_labels_from(views[dst]["labels"][w]) for w in (0, 1)]
-                plan = _plan(attack, n, src, dst, views[src]["sizes"], labels, base.timeout_s, short_timeout_s)
+                plan = _plan(attack, n, src, dst, views[src]["sizes"], labels, base.timeout_s, run.short_timeout_s)
         except CCDDPError as e:
             failed = [f"cannot stage the attack: {_one_line(e)}"]
     if not failed:
@@ -548,8 +568,10 @@ def _judge_setup(plan: Plan, outcomes: list[dict], problems: list[str]) -> tuple
     others = [r for r in range(len(outcomes)) if r not in refused]
     used = {r: o.get("keys_used", 0) for r, o in enumerate(outcomes) if o.get("keys_used", 0)}
     types = sorted({outcomes[r]["type"] for r in refused})
-    observed = (f"{'/'.join(types)} on every rank, no key used" if not others and not used else
-                f"{'/'.join(types) or 'no setup error'} on rank(s) {refused}")
+    if not others and not used:
+        observed = f"{'/'.join(types)} on every rank, no key used"
+    else:
+        observed = f"{'/'.join(types)} on rank(s) {refused}" if refused else "no rank refused the setup"
     if others:
         problems.append("; ".join(f"rank {r}: {outcomes[r].get('type', 'the setup passed')}" for r in others))
     if used:
@@ -596,11 +618,15 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
     wait_s = 3 * settings.timeout_s + 30
     report = SecureGroup(CommSettings(impl="secure", timeout_s=wait_s), secret,
                          dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s)))
-    setup_history: list = []
+    run = SelftestRun(secret, settings, short_timeout_s, report)
     try:
-        return [run_case(i, attack, collective, secret, settings, short_timeout_s, report, setup_history)
+        return [run_case(i, attack, collective, run)
                 for i, (attack, collective) in enumerate(cases(attacks, collectives), start=1)]
     finally:
+        # Waits a rank gave up when another stopped end within their timeout; the process
+        # must not tear its process groups down under them.
+        for tr in run.transports:
+            tr.settle()
         report.close()
 
 

@@ -37,7 +37,7 @@ all-gathers that carry each rank's contribution, its key confirmation and its ve
 the ``nth`` exchange since ``arm()``:
 
 =========  ===========================================================================
-flip       flip one bit of ``src``'s message (a patched contribution or confirmation)
+flip       flip one bit of ``src``'s message, in byte ``byte`` (default: the middle one)
 swap       deliver ``dst``'s own message in ``src``'s slot and ``src``'s in ``dst``'s
 replay     ``src``'s message of the same exchange of an earlier setup (another group,
            an earlier run): the transports of one rank can share a history of setups
@@ -132,8 +132,9 @@ class Rule:
 class SetupRule:
     """One attack on the setup: what rank ``dst`` receives of rank ``src``'s message in
     exchange ``nth`` (counted from ``arm()``; a group's setup is exchanges 0, 1, 2:
-    contributions, confirmations, verdicts). ``sessions_back`` picks the earlier setup a
-    replay draws from (1: the one before this).
+    contributions, confirmations, verdicts). ``byte`` is the byte a flip changes (default:
+    the middle one); ``sessions_back`` picks the earlier setup a replay draws from (1: the
+    one before this).
 
     Example::
 
@@ -145,6 +146,7 @@ class SetupRule:
     src: int
     dst: int
     nth: int = 0
+    byte: int | None = None
     sessions_back: int = 1
 
     def __post_init__(self) -> None:
@@ -261,6 +263,7 @@ class AdversarialTransport(Transport):
         # gloo may still write into a receive buffer of an abandoned run: keep every
         # tensor handed to gloo alive for the life of the transport.
         self._in_flight: list = []
+        self._abandoned: list[threading.Thread] = []
 
     # -- control ---------------------------------------------------------------------
     def arm(self, rules: list[Rule | SetupRule] | None = None) -> None:
@@ -300,10 +303,11 @@ class AdversarialTransport(Transport):
         if max(src, dst) >= len(out):
             raise AdversaryError(f"setup {rule.attack}: no rank {max(src, dst)} in a group of {len(out)}")
         if rule.attack == "flip":
-            if not out[src]:
-                raise AdversaryError(f"setup flip: rank {src}'s message {nth} is empty")
+            byte = len(out[src]) // 2 if rule.byte is None else rule.byte
+            if not 0 <= byte < len(out[src]):
+                raise AdversaryError(f"setup flip: rank {src}'s message {nth} has no byte {byte}")
             data = bytearray(out[src])
-            data[len(data) // 2] ^= 0x01
+            data[byte] ^= 0x01
             out[src] = bytes(data)
         elif rule.attack == "swap":
             out[src], out[dst] = out[dst], out[src]
@@ -425,6 +429,14 @@ class AdversarialTransport(Transport):
                 return
             time.sleep(min(0.01, max(0.0, end - time.monotonic())))
 
+    def settle(self) -> None:
+        """Wait for the waits this transport abandoned to end (each within the timeout it
+        was started with). Call it before the process exits: a thread still blocked in a
+        gloo wait when the process group is torn down aborts the process."""
+        for thread in self._abandoned:
+            thread.join()
+        self._abandoned.clear()
+
     # -- frames in ---------------------------------------------------------------------
     def irecv(self, frame: torch.Tensor, src: int, tag: int = 0):
         with self._lock:
@@ -468,10 +480,12 @@ class AdversarialTransport(Transport):
             finally:
                 done.set()
 
-        threading.Thread(target=waiter, name="ccddp-adversary-wait", daemon=True).start()
+        thread = threading.Thread(target=waiter, name="ccddp-adversary-wait", daemon=True)
+        thread.start()
         while not done.wait(_POLL_S * 4):
             reason = self.abort.reason()
             if reason is not None:
+                self._abandoned.append(thread)
                 raise AbandonedWait(f"rank {self.rank}: stopped waiting for rank {peer} ({label}): {reason}",
                                     label=label)
         if failure:
