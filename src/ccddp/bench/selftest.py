@@ -67,7 +67,6 @@ from ccddp.errors import CCDDPError, ConfigError, FrameLabel, IntegrityError, Pe
 
 SCHEMA = "ccddp.selftest/1"
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "ddp_step", "setup")
-DATA_COLLECTIVES = COLLECTIVES[:-1]
 INTEGRITY_ATTACKS = ("flip", "truncate", "replay", "reorder", "drop", "splice-step", "splice-bucket", "splice-link")
 DATA_ATTACKS = INTEGRITY_ATTACKS + ("delay", "stall")
 # Attacks on the setup's messages, and the exchange each one strikes (0: the ranks'

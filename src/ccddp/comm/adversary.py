@@ -157,9 +157,6 @@ class SetupRule:
         if self.attack == "reorder" and self.nth < 1:
             raise ConfigError("reorder moves a message of the previous exchange: nth >= 1")
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 class AbandonedWait(PeerTimeoutError):
     """A wait this rank gave up because another rank failed first (the abort signal)."""
