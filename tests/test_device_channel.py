@@ -27,7 +27,7 @@ DEVICES = [
     pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")),
 ]
 KEY = bytes(range(32))
-SECRET = b"k" * 32
+SECRET_HEX = "1b381f94e9d1ccb69bd74da853ebc2d62903e75fa09bb19fe2d1450166562521"
 
 
 def _channel(device: str, **kw) -> LinkChannel:
@@ -174,7 +174,7 @@ def _allreduce_rank(rank, n, engine):
     real_urandom, os.urandom = os.urandom, lambda k: rng.randbytes(k)
     try:
         g = SecureGroup(CommSettings(timeout_s=60, segment_bytes=1024, chains=1, aead_engine=engine),
-                        secret=GroupSecret(SECRET))
+                        secret=GroupSecret.from_hex(SECRET_HEX))
     finally:
         os.urandom = real_urandom
     g.transport = Recording(g.transport)
