@@ -195,3 +195,37 @@ def test_allreduce_frames_on_the_wire_are_the_same_with_either_engine():
         assert len(openssl[rank]["frames"]) >= 3                  # descriptor + 2 data segments, at least
         assert triton[rank]["frames"] == openssl[rank]["frames"], rank
         assert triton[rank]["result"] == openssl[rank]["result"] == expected
+
+
+# -- the benchmark command -------------------------------------------------------------------
+def test_bench_channel_on_cuda_measures_or_says_why_not(tmp_path, capsys):
+    from ccddp.cli import main as cli_main
+
+    path = tmp_path / "device.json"
+    assert cli_main(["bench", "channel", "--device", "cuda", "--size", "1M", "--reps", "2",
+                     "--json", str(path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    if not torch.cuda.is_available():
+        assert lines == ["ccddp bench channel --device cuda: no CUDA device here; nothing measured"]
+        assert not path.exists()
+        return
+    import json
+
+    rows = json.loads(path.read_text())["rows"]
+    assert set(rows) == {"copy", "seal", "open", "seal_pad", "open_pad", "openssl_seal", "openssl_open"}
+    assert all(r["gbps"] > 0 for r in rows.values())
+
+
+def test_bench_channel_triton_on_cpu_is_a_labelled_correctness_check(tmp_path, capsys):
+    if not interpreting():
+        pytest.skip("CPU tensors need Triton's interpreter; this process compiles for the GPU")
+    import json
+
+    from ccddp.cli import main as cli_main
+
+    path = tmp_path / "cpu.json"
+    assert cli_main(["bench", "channel", "--device", "cpu", "--engine", "triton", "--size", "3000",
+                     "--json", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("correctness-only (Triton interpreter on CPU, not a speed)")
+    result = json.loads(path.read_text())
+    assert result["label"].startswith("correctness-only") and result["checked_frames"] == 2
