@@ -91,7 +91,6 @@ class _Ticket:
     """What one frame's job needs: its epoch's key, its nonce, its pad if one was made."""
 
     key: _EpochKey
-    counter: int
     nonce: bytes
     pad: Pad | None = None
 
@@ -115,8 +114,8 @@ def _as_tensor(buf: Any):
     import torch
 
     if isinstance(buf, torch.Tensor):
-        if buf.dtype != torch.uint8 or buf.dim() != 1:
-            raise FrameFormatError("device buffers must be 1-D uint8 tensors")
+        if buf.dtype != torch.uint8 or buf.dim() != 1 or not buf.is_contiguous():
+            raise FrameFormatError("tensor buffers must be contiguous 1-D uint8 tensors")
         return buf
     arr = np.asarray(buf) if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
     if not arr.flags.c_contiguous:
@@ -216,7 +215,7 @@ class LinkChannel:
                     from ccddp.crypto.device import PadEvent
 
                     self.pad_recorder(PadEvent.USED, self._key.key_id, nonce)
-            return _Ticket(self._key, counter, nonce, pad)
+            return _Ticket(self._key, nonce, pad)
 
     # -- pads ----------------------------------------------------------------------
     def prepare_pads(self, nbytes: int, device) -> int:

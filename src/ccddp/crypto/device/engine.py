@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -51,7 +52,10 @@ _MISSING = "the device AES-GCM engine needs Triton: pip install 'ccddp[gpu]'"
 
 
 def triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):      # a broken or blocked installation
+        return False
 
 
 def interpreting() -> bool:
@@ -239,7 +243,7 @@ class DeviceAESGCM:
             return
         tile = min(self._tile(k), max(16, _next_pow2(blocks)))
         with _LAUNCH_LOCK, _on(pad.device):
-            k.keystream[(triton_cdiv(blocks, tile), len(segments))](desc, pad, dev.rk, dev.te, B=tile,
+            k.keystream[(_cdiv(blocks, tile), len(segments))](desc, pad, dev.rk, dev.te, B=tile,
                                                                     num_warps=WARPS_GPU)
 
     # -- internals ---------------------------------------------------------------
@@ -309,7 +313,7 @@ class DeviceAESGCM:
         tile_max = self._tile(k)
         ghash_blocks = max((len(s.aad) + 15) // 16 + (s.length + 15) // 16 + 1 for s in segments)
         tile = min(tile_max, max(16, _next_pow2(ghash_blocks)))
-        tiles = triton_cdiv(ghash_blocks, tile)
+        tiles = _cdiv(ghash_blocks, tile)
         p4 = dev.lane_powers(tile)
         q4 = dev.tile_powers(tile, tiles) if tiles > 1 else p4
         desc, aad = self._descriptors(segments, k, device)
@@ -318,37 +322,26 @@ class DeviceAESGCM:
         verdicts = torch.empty(nseg, dtype=torch.int32, device=device)
         pad_t = pad if use_pad else src
         finish_tiles = min(FINISH_TILES, _next_pow2(tiles))
-        warps = WARPS_GPU
         ct_tile = min(tile_max, max(16, _next_pow2(max(s.length + 15 for s in segments) // 16)))
-        ct_tiles = triton_cdiv(max(s.length for s in segments), 16 * ct_tile)
+        ct_tiles = _cdiv(max(s.length for s in segments), 16 * ct_tile)
         with _LAUNCH_LOCK, _on(device):
             k.gcm_pass[(tiles, nseg)](desc, src, dst, aad, pad_t, dev.rk, dev.te, p4, q4, dev.r4, partials, tiles,
                                       SEAL=seal, USE_PAD=use_pad, B=tile, LOG_B=tile.bit_length() - 1,
-                                      num_warps=warps)
+                                      num_warps=WARPS_GPU)
             k.gcm_finish[(nseg,)](desc, src, dst, partials, verdicts, tiles, SEAL=seal, B=tile, T=finish_tiles,
                                   LOG_T=finish_tiles.bit_length() - 1)
             if not seal and ct_tiles > 0:
                 k.ctr_open[(ct_tiles, nseg)](desc, src, dst, pad_t, dev.rk, dev.te, verdicts, USE_PAD=use_pad,
-                                             B=ct_tile, num_warps=warps)
+                                             B=ct_tile, num_warps=WARPS_GPU)
         if seal:
             return [True] * nseg
         return [bool(v) for v in verdicts.cpu().tolist()]
 
 
-def triton_cdiv(a: int, b: int) -> int:
+def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class _on:
+def _on(device: torch.device):
     """The CUDA device of a launch (Triton launches on torch's current device)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.ctx = torch.cuda.device(device) if device.type == "cuda" else None
-
-    def __enter__(self):
-        if self.ctx is not None:
-            self.ctx.__enter__()
-
-    def __exit__(self, *exc):
-        if self.ctx is not None:
-            self.ctx.__exit__(*exc)
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()

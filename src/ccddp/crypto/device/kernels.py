@@ -15,7 +15,8 @@ of segments, each with its own nonce, AAD and tag.
 - ``keystream``: pads, the keystream of a frame generated before its data exists.
 
 Counter blocks are ``nonce || ctr`` (big-endian): ctr 1 is J0, whose encryption masks the
-tag; ciphertext block i uses ctr i + 2 (inc32 of J0, SP 800-38D for 96-bit nonces).
+tag (computed on the host); ciphertext block i uses ctr i + 2 (inc32 of J0, SP 800-38D
+for 96-bit nonces).
 
 GHASH: the GHASH input of a segment is X = AAD ‖ 0-pad ‖ C ‖ 0-pad ‖ [len(A)]64 ‖ [len(C)]64,
 m blocks, and GHASH = XOR_k X_k · H^(m-k) (0-based k): the same value as the serial
