@@ -18,6 +18,7 @@ from ccddp.report.crypto_ops import FAIL_MARK, OK_MARK, UNKNOWN_MARK, check_run,
 from ccddp.report.figures import FIGURES, write_figures
 from ccddp.report.markdown import render, write_report
 from ccddp.report.results import SCHEMA, Results, load_results
+from ccddp.report.stats import Verdict, ratio_text, verdict
 
 # workload -> (params, fp32 buckets, paper Fig. 6, fwd ms, bwd ms, shapes overrides)
 WORKLOADS = {
@@ -30,25 +31,50 @@ WORKLOADS = {
 MEASURED_K = {"graphsage": 1, "resnet50": 5, "gpt2-xl": 73}  # gpt2-xl runs in bf16: fewer buckets
 
 
-def _train_result(wl: str, n: int, cc: str, schedule: str | None, steps: int = 3) -> dict:
+ROUNDS = 8
+LAUNCH = "0123456789abcdef"
+# A CC-on run whose time matches CC-off's within its noise: its ratio's interval holds 1.
+LEVEL = {"resnet50/ws2/cc-on/pipelined": "same as off"}
+
+
+def _drift(r: int) -> float:
+    """The machine's speed in round r: moves every variant of the round alike."""
+    return 1.0 + 0.3 * ((r * 7919) % 5) / 4
+
+
+def _noise(key: str, r: int, amplitude: float) -> float:
+    """Deterministic noise in [1 - amplitude, 1 + amplitude], different per run and round."""
+    return 1.0 + amplitude * ((((sum(map(ord, key)) + 31 * r) * 2654435761) % 2001) / 1000.0 - 1.0)
+
+
+def _train_result(wl: str, n: int, cc: str, schedule: str | None, steps: int = ROUNDS) -> dict:
     params, _, _, fwd, bwd, shape = WORKLOADS[wl]
     k = MEASURED_K[wl]
     seals = 2 * k * (n - 1) if cc == "on" else 0
     # Synthetic but shaped like the paper: CC-on cost grows with k(n-1); naive worse.
     crypto = 0.0 if cc == "off" else k * (n - 1) * (30.0 if schedule == "naive" else 12.0)
+    key = f"{wl}/ws{n}/cc-{cc}" + (f"/{schedule}" if schedule else "")
+    if LEVEL.get(key) == "same as off":
+        crypto = -7.0  # cancels the bounce phase's extra 7 ms: the same time as CC-off
     phases = {"data_ms": 5.0 + n, "bounce_ms": 8.0 if cc == "on" else 1.0,
               "forward_ms": fwd * (1 + 0.1 * (n - 2)), "backward_ms": bwd * (1 + 0.1 * (n - 2)),
               "exposed_comm_ms": 10.0 * (n - 1) + crypto, "optimizer_ms": 7.0}
     total = sum(phases.values())
-    summary = {**phases, "total_ms": total, "crypto_busy_ms": crypto * 1.2,
-               "slowest_rank_total_ms": total * 1.01}
+    amplitude = 0.05 if key in LEVEL or f"{wl}/ws{n}/cc-off" == key else 0.01
     iterations = []
     for step in range(1 + steps):
         warm = step == 0
+        r = None if warm else step - 1
+        t = total * (1.0 if warm else _drift(r) * _noise(key, r, amplitude))
         ki = 1 if warm else k  # iteration 0: one bucket with everything
-        iterations.append({"step": step, "warmup": warm, **summary, "allreduce_calls": ki,
+        iterations.append({"step": step, "warmup": warm, "round": r, **phases, "total_ms": t,
+                           "crypto_busy_ms": crypto * 1.2, "slowest_rank_total_ms": t * 1.01,
+                           "allreduce_calls": ki,
                            "seals": 2 * ki * (n - 1) if cc == "on" else 0,
                            "opens": 2 * ki * (n - 1) if cc == "on" else 0, "loss": 6.9})
+    measured = sorted(it["total_ms"] for it in iterations if not it["warmup"])
+    summary = {**phases, "total_ms": (measured[(steps - 1) // 2] + measured[steps // 2]) / 2,
+               "crypto_busy_ms": crypto * 1.2, "slowest_rank_total_ms": total * 1.01}
     shapes = {"workload": wl, "size": "default", "dtype": "float32", "dtype_reduced": False,
               "dtype_reason": None, "num_params": params, **shape}
     return {"schema": "ccddp.train/1", "workload": wl, "world_size": n, "cc": cc,
@@ -56,6 +82,8 @@ def _train_result(wl: str, n: int, cc: str, schedule: str | None, steps: int = 3
             "iterations": iterations, "allreduce_calls_per_iteration": k,
             "seals_per_rank": seals, "opens_per_rank": seals,
             "broadcast_seals_per_iteration": 0, "bounce_seals_per_iteration": 1 if cc == "on" else 0,
+            "pairing": {"variants": ["off", "on:naive", "on:pipelined"], "alternation": "iteration",
+                        "rounds": steps, "block": 1, "launch": f"{LAUNCH}-{wl}-{n}"},
             "param_sha256": "0" * 64, "settings": {"impl": "gloo" if cc == "off" else "secure"}}
 
 
@@ -159,6 +187,8 @@ def test_malformed_entries_are_tolerated(tmp_path):
     data = make_results(workloads=("resnet50",), world_sizes=(2,), schedules=("pipelined",),
                         failed=(), projections=True)
     data["runs"][0]["result"]["summary"] = {"total_ms": float("nan")}
+    for it in data["runs"][0]["result"]["iterations"]:
+        it["total_ms"] = float("nan")
     data["runs"] += ["junk", {"status": "ok"}, {"status": "ok", "cc": "on", "world_size": "x",
                                                  "result": {"seals_per_rank": "x", "iterations": [None]}}]
     data["projections"] += ["junk", {"gpus": 0, "slowdown": -1.0}, {"gpus": 8, "slowdown": None}]
@@ -208,15 +238,56 @@ def test_report_ratios_agree_with_data(report_dir):
     seen = 0
     for row in rows:
         wl, n = row[0], int(row[1])
-        assert float(row[2]) == pytest.approx(res.total_ms(wl, n, "off"), abs=0.05)
+        assert float(row[2].split()[0]) == pytest.approx(res.total_ms(wl, n, "off"), abs=0.05)
         for sch, col in (("naive", 4), ("pipelined", 6)):
-            r = res.ratio(wl, n, sch)
+            r = res.comparison(wl, n, sch)
             if r is None:
                 assert row[col] in ("failed", "–")
             else:
-                assert row[col] == f"{r:.2f}×"
+                assert r.n == ROUNDS and r.known
+                assert row[col] == ratio_text(r)
                 seen += 1
     assert seen == 11  # 3 workloads x 2 sizes x 2 schedules, one failed
+    # The paired column says how it was computed, right under the table.
+    assert "median of per-round ratios" in md.split("## CC-on / CC-off", 1)[1].split("##", 1)[0]
+
+
+def test_paired_ratio_is_the_median_of_round_ratios_and_drift_cancels(report_dir):
+    _, data = report_dir
+    res = Results(data)
+    # resnet50 at 3 ranks: CC-on costs a fixed share more per iteration; the machine's
+    # drift (30 %) moves both variants of a round alike, so it stays out of the ratio.
+    r = res.comparison("resnet50", 3, "pipelined")
+    on, off = res.run("resnet50", 3, "on", "pipelined"), res.run("resnet50", 3, "off")
+    rounds_on, rounds_off = Results.round_ms(on), Results.round_ms(off)
+    assert max(rounds_off.values()) / min(rounds_off.values()) > 1.2
+    per_round = sorted(rounds_on[k] / rounds_off[k] for k in rounds_on)
+    assert r.estimate == pytest.approx((per_round[3] + per_round[4]) / 2)
+    assert verdict(r) is Verdict.SLOWER and r.half_width < 0.05
+    # Order statistics: with 8 rounds only the smallest and the largest ratio bound a
+    # 95 % interval (the 2nd and 7th would cover 93 %).
+    assert (r.low, r.high) == (pytest.approx(per_round[0]), pytest.approx(per_round[7]))
+
+
+def test_a_ratio_whose_interval_holds_one_is_no_measurable_difference(report_dir):
+    d, data = report_dir
+    res = Results(data)
+    r = res.comparison("resnet50", 2, "pipelined")
+    assert r.low < 1.0 < r.high and verdict(r) is Verdict.NO_DIFFERENCE
+    md = (d / "report.md").read_text()
+    row = next(row for row in _table(md, "## CC-on / CC-off") if row[:2] == ["resnet50", "2"])
+    assert row[6].startswith("no measurable difference (") and "×" not in row[6]
+    # Unpaired runs (separate launches): the ratio of medians, no interval, never a
+    # speed-up when it is below 1.
+    unpaired = copy.deepcopy(data)
+    for run in unpaired["runs"]:
+        if run["result"]:
+            run["result"].pop("pairing")
+    r = Results(unpaired).comparison("resnet50", 2, "pipelined")
+    assert r.n == 0 and not r.known
+    assert ratio_text(r).startswith("no measurable difference") if r.estimate < 1 else "×" in ratio_text(r)
+    assert ratio_text(Results(unpaired).comparison("resnet50", 3, "pipelined")).endswith(
+        "(not measured in turns, no interval)")
 
 
 def test_report_states_provenance_shapes_and_failures(report_dir):
@@ -249,7 +320,7 @@ def test_ops_check_logic():
            "result": _train_result("gpt2-xl", 4, "on", "pipelined")}
     row = check_run(run)
     assert (row["allreduces"], row["seals"], row["expected_ops"], row["ok"]) == (73, 438, 876, True)
-    assert row["iterations_checked"] == 3
+    assert row["iterations_checked"] == ROUNDS
     bad = copy.deepcopy(run)
     bad["result"]["seals_per_rank"] -= 1
     assert check_run(bad)["ok"] is False

@@ -1,10 +1,11 @@
 """``ccddp characterize``: the paper's study on the user's own machine.
 
 Every workload runs CC-off and CC-on (the paper's naive schedule and ccddp's pipelined
-one) at every world size, each (workload, world size) in one torchrun launch. Every
-finished run is merged into ``DIR/results.json`` at once, written atomically, so the file
-is always valid; re-running on the same DIR keeps what is there and runs only what is
-missing or failed.
+one) at every world size, each (workload, world size) in one torchrun launch in which the
+variants take turns iteration by iteration (``ccddp.bench.train``), so each CC-on/CC-off
+ratio is a paired comparison with a 95 % interval. Every finished launch is merged into
+``DIR/results.json`` at once, written atomically, so the file is always valid; re-running
+on the same DIR keeps what is there and runs only what is missing or failed.
 """
 
 from __future__ import annotations
@@ -16,20 +17,27 @@ import tempfile
 from dataclasses import dataclass
 
 from ccddp.bench.machine import machine_info
-from ccddp.bench.train import variant_key
+from ccddp.bench.train_options import variant_key
 from ccddp.errors import CCDDPError, ConfigError
 
 SCHEMA = "ccddp.characterize/1"
+# --quick: each launch measures for QUICK_BUDGET_S seconds after its warm-up (at least
+# `steps` rounds), which keeps the whole sweep near 10 minutes on a quiet 2-core machine
+# (BENCHMARKS.md) and gives every ratio enough pairs for a 95 % interval.
+QUICK_BUDGET_S = 45.0
 QUICK = {"workloads": ["graphsage", "resnet50", "bert-base"], "world_sizes": [2, 3],
-         "schedules": ["naive", "pipelined"], "steps": 2, "warmup": 2}
+         "schedules": ["naive", "pipelined"], "steps": 8, "warmup": 2, "budget_s": QUICK_BUDGET_S}
 # --quick keeps every architecture (so gradient bytes and bucket counts are the real ones)
 # but shrinks the per-rank batch, so a 2-core machine finishes the sweep in minutes.
 QUICK_SHAPES = {"graphsage": {"batch_size": 32}, "resnet50": {"batch_size": 2, "image_size": 112},
                 "resnet101": {"batch_size": 2, "image_size": 112}, "bert-base": {"batch_size": 2, "seq_len": 32},
                 "bert-large": {"batch_size": 1, "seq_len": 32}, "gpt2-large": {"seq_len": 16},
                 "gpt2-xl": {"seq_len": 16}}
+# The full study: 12 measured iterations per variant; models that do not fit in memory
+# together take turns in blocks of 2 (6 rounds, each with its own warm-up).
 FULL = {"workloads": ["graphsage", "resnet50", "resnet101", "bert-base", "bert-large", "gpt2-large", "gpt2-xl"],
-        "world_sizes": [2, 3, 4], "schedules": ["naive", "pipelined"], "steps": 3, "warmup": 2}
+        "world_sizes": [2, 3, 4], "schedules": ["naive", "pipelined"], "steps": 12, "warmup": 2, "budget_s": None}
+FULL_BLOCK = 2
 
 
 @dataclass(frozen=True)
@@ -41,19 +49,18 @@ class Plan:
     warmup: int
     size: str = "default"
     quick: bool = False
+    budget_s: float | None = None
 
     def overrides(self, workload: str) -> dict:
         return QUICK_SHAPES.get(workload, {}) if self.quick and self.size == "default" else {}
-
-    def variants(self) -> list[str]:
-        return ["off"] + [f"on:{s}" for s in self.schedules]
 
     def keys(self, workload: str, ws: int) -> list[str]:
         return [variant_key(workload, ws, "off", None)] + [variant_key(workload, ws, "on", s) for s in self.schedules]
 
     def as_dict(self) -> dict:
         return {"workloads": self.workloads, "world_sizes": self.world_sizes, "schedules": self.schedules,
-                "steps": self.steps, "warmup": self.warmup, "size": self.size, "quick": self.quick}
+                "steps": self.steps, "warmup": self.warmup, "budget_s": self.budget_s, "size": self.size,
+                "quick": self.quick}
 
 
 def load(path: str) -> dict | None:
@@ -106,28 +113,39 @@ def pending(data: dict, plan: Plan) -> list[tuple[str, int]]:
             if not all(k in done for k in plan.keys(w, n))]
 
 
+def train_args(plan: Plan, workload: str, json_path: str, timeout_s: float) -> list[str]:
+    """``ccddp.bench.train`` arguments: every variant of ``workload`` in one launch, in turns."""
+    args = ["--workload", workload, "--size", plan.size, "--cc", "off,on", "--schedule", ",".join(plan.schedules),
+            "--steps", str(plan.steps), "--warmup", str(plan.warmup), "--block", str(FULL_BLOCK),
+            "--json", json_path, "--timeout", str(timeout_s)]
+    if plan.budget_s:
+        args += ["--budget", str(plan.budget_s)]
+    for k, v in plan.overrides(workload).items():
+        args += ["--" + k.replace("_", "-"), str(v)]
+    return args
+
+
 def run_group(plan: Plan, workload: str, ws: int, data: dict, out_path: str, timeout_s: float) -> None:
-    """One torchrun launch for all variants of (workload, world size); merges each result."""
+    """One torchrun launch for all variants of (workload, world size); merges its results."""
     from ccddp.bench.launch import torchrun
 
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["--workload", workload, "--size", plan.size, "--steps", str(plan.steps), "--warmup",
-                str(plan.warmup), "--variants", ",".join(plan.variants()), "--out-dir", tmp,
-                "--timeout", str(timeout_s)]
-        for k, v in plan.overrides(workload).items():
-            args += ["--" + k.replace("_", "-"), str(v)]
+        path = os.path.join(tmp, "compare.json")
         error = None
         try:
-            torchrun("ccddp.bench.train", args, nproc=ws, quiet=True, timeout_s=timeout_s * 4 + 900)
+            torchrun("ccddp.bench.train", train_args(plan, workload, path, timeout_s), nproc=ws, quiet=True,
+                     timeout_s=timeout_s * 4 + 900 + 2 * (plan.budget_s or 0))
         except CCDDPError as e:
             error = str(e)
         except Exception as e:  # a timeout of the whole launch: record it, keep going
             error = f"{type(e).__name__}: {e}"
         finished = {}
-        for path in glob.glob(os.path.join(tmp, "*.json")):
+        if error is None and os.path.exists(path):
             with open(path) as f:
-                result = json.load(f)
-            finished[variant_key(result["workload"], result["world_size"], result["cc"], result["schedule"])] = result
+                compared = json.load(f)
+            for result in compared.get("runs", [compared]):
+                key = variant_key(result["workload"], result["world_size"], result["cc"], result["schedule"])
+                finished[key] = result
     for key in plan.keys(workload, ws):
         _, _, cc, *sched = key.split("/")
         run = {"key": key, "workload": workload, "world_size": ws, "cc": cc.removeprefix("cc-"),
@@ -142,7 +160,10 @@ def run_group(plan: Plan, workload: str, ws: int, data: dict, out_path: str, tim
 
 def characterize(plan: Plan, out_dir: str, *, timeout_s: float = 600.0, progress=None,
                  project: bool = True) -> dict:
-    """Run what ``out_dir/results.json`` lacks of ``plan``; return the results."""
+    """Run what ``out_dir/results.json`` lacks of ``plan``; return the results.
+
+    ``progress(done, total, workload, world_size, data)`` is called before each launch
+    (``data`` None) and after it (``data``: the results so far)."""
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "results.json")
     data = load(path) or new_results(plan)
@@ -154,10 +175,10 @@ def characterize(plan: Plan, out_dir: str, *, timeout_s: float = 600.0, progress
     todo = pending(data, plan)
     for i, (workload, ws) in enumerate(todo):
         if progress:
-            progress(i, len(todo), f"{workload} at world size {ws}")
+            progress(i, len(todo), workload, ws, None)
         run_group(plan, workload, ws, data, path, timeout_s)
-    if progress:
-        progress(len(todo), len(todo), "done")
+        if progress:
+            progress(i + 1, len(todo), workload, ws, data)
     if project:
         try:
             data["projections"] = projections(plan.workloads)

@@ -1,18 +1,26 @@
-"""``ccddp train``: DDP training of a workload, CC-off or CC-on, timed phase by phase.
+"""``ccddp train``: DDP training of a workload, CC-off and/or CC-on, timed phase by phase.
 
 Per iteration and rank: data (synthetic batch), bounce (sealing/opening the batch, CC-on;
 a plain staging copy, CC-off), forward (including the secure buffer broadcast), backward
 compute (until the last bucket is handed to communication), exposed communication (from
 then until backward returns with every bucket reduced), optimizer, and crypto busy time.
-Run under torchrun (``python -m ccddp.bench.train --workload resnet50 ...``) or through
-the CLI, which launches the ranks itself.
+
+Variants compared in one launch (``--cc off,on``) take turns: one iteration each, every
+variant's model in memory at once, or -- when the models do not fit together -- a block of
+iterations each, one model at a time. Every measured iteration records its round, so a
+report pairs the variants' iterations of one round and the machine's drift, which moves
+absolute times by tens of percent on a shared host, falls on all of them alike.
+Run under torchrun (``python -m ccddp.bench.train --workload resnet50 --cc off,on``) or
+through the CLI, which launches the ranks itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
+import os
 import statistics
 import time
 
@@ -20,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info
+from ccddp.bench.train_options import PHASES, SCHEDULES, Variant, build_parser, check, variant_key  # noqa: F401
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup
 from ccddp.comm.control import gather_json
@@ -29,52 +38,14 @@ from ccddp.ddp import BouncePath, SecureDDP
 from ccddp.errors import ConfigError
 
 SCHEMA = "ccddp.train/1"
-SCHEDULES = {"naive": "secure-naive", "pipelined": "secure"}
-PHASES = ("data_ms", "bounce_ms", "forward_ms", "backward_ms", "exposed_comm_ms", "optimizer_ms")
+#: Several variants measured in one launch: {"schema", "machine", "runs": [one SCHEMA result each]}.
+COMPARE_SCHEMA = "ccddp.train.compare/1"
+#: --budget never measures more rounds than this (a tiny model would otherwise run thousands).
+MAX_ROUNDS = 200
 
 
-def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ccddp train", description=__doc__.splitlines()[0], add_help=add_help)
-    p.add_argument("--workload", required=True, help="graphsage, resnet50, resnet101, bert-base, bert-large, "
-                                                     "gpt2-large, gpt2-xl")
-    p.add_argument("--size", default="default", choices=["default", "tiny"], help="tiny: a few layers, for tests")
-    p.add_argument("--cc", default="on", choices=["on", "off"])
-    p.add_argument("--schedule", default="pipelined", choices=sorted(SCHEDULES),
-                   help="CC-on all-reduce schedule: the paper's naive one or ccddp's pipelined one")
-    p.add_argument("--steps", type=int, default=3, help="measured iterations")
-    p.add_argument("--warmup", type=int, default=2,
-                   help="iterations before measuring (DDP rebuilds its buckets in the forward of iteration 1)")
-    p.add_argument("--batch-size", type=int, default=None, help="per rank (default: the workload's)")
-    p.add_argument("--seq-len", type=int, default=None)
-    p.add_argument("--image-size", type=int, default=None)
-    p.add_argument("--dtype", default=None, help="parameter dtype override (float32, bfloat16, float16)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket cap (default: DDP's 25 MiB, 1 MiB first)")
-    p.add_argument("--segment-mb", type=float, default=CommSettings().segment_bytes / (1 << 20))
-    p.add_argument("--chains", type=int, default=CommSettings().chains)
-    p.add_argument("--tag", default="segment", choices=["segment", "message"])
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds any rank may wait on a peer")
-    p.add_argument("--json", default=None, help="write results here (rank 0)")
-    p.add_argument("--variants", default=None, help=argparse.SUPPRESS)  # characterize: off,on:naive,... in one launch
-    p.add_argument("--out-dir", default=None, help=argparse.SUPPRESS)  # characterize: one JSON per variant
-    return p
-
-
-def parse_variant(text: str) -> tuple[str, str]:
-    """``off`` / ``on:naive`` / ``on:pipelined`` -> (cc, schedule)."""
-    cc, _, schedule = text.partition(":")
-    if cc not in ("on", "off") or (cc == "on" and schedule not in SCHEDULES):
-        raise ConfigError(f"bad variant {text!r}: use off, on:naive or on:pipelined")
-    return cc, schedule or "pipelined"
-
-
-def variant_key(workload: str, world_size: int, cc: str, schedule: str | None) -> str:
-    return f"{workload}/ws{world_size}/cc-{cc}" + (f"/{schedule}" if cc == "on" else "")
-
-
-def settings_from(args: argparse.Namespace) -> CommSettings:
-    return CommSettings(impl=SCHEDULES[args.schedule] if args.cc == "on" else "gloo",
+def settings_from(args: argparse.Namespace, variant: Variant) -> CommSettings:
+    return CommSettings(impl=SCHEDULES[variant.schedule] if variant.cc == "on" else "gloo",
                         segment_bytes=int(args.segment_mb * (1 << 20)), chains=args.chains, tag=args.tag,
                         timeout_s=args.timeout)
 
@@ -94,45 +65,67 @@ def param_sha256(module: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def _total(counters: dict) -> dict:
-    keys = counters["gradients"].keys()
-    return {k: counters["gradients"][k] + counters["broadcasts"][k] for k in keys}
+def harness_group(args: argparse.Namespace, variants: list[Variant]) -> SecureGroup:
+    """The group the ranks exchange timings and decisions on: sealed when any variant is
+    CC-on (the host must not steer or read a confidential run's measurement), plaintext
+    for CC-off alone. Collective: every rank creates it first, before any model."""
+    secure = any(v.cc == "on" for v in variants)
+    return SecureGroup(CommSettings(impl="secure" if secure else "gloo", timeout_s=args.timeout))
 
 
-def gather_records(iterations: list[dict], model: SecureDDP, settings: CommSettings) -> list[list[dict]]:
-    """Every rank's iteration records, after the last step. They carry the loss (model
-    data), so CC-on seals them on the DDP group; CC-off sends them as its gradients go,
-    in plaintext. JSON either way, never pickle."""
-    group = model.sync_group if model.sync_group is not None else SecureGroup(settings)
-    return gather_json(iterations, group)
+def gather_from_ranks(obj, group: SecureGroup) -> list:
+    """Every rank's ``obj`` (timings and decisions, never model data), on every rank, as
+    JSON on ``group`` (never pickle). The one place this module takes data from other
+    ranks outside the training's own collectives."""
+    return gather_json(obj, group)
 
 
-def train(args: argparse.Namespace) -> dict:
-    rank, n = dist.get_rank(), dist.get_world_size()
-    wl = workload_from(args)
-    settings = settings_from(args)
-    # None in CC-on: SecureGroup reads the environment (shared secret or identity keys).
-    secret = None
-    torch.manual_seed(args.seed)
-    module = wl.build_model(device="cpu")
-    # Gradients as views of DDP's buckets: no second copy of every gradient (GPT-2 sizes
-    # would not fit twice on this machine); the same in both modes.
-    model = SecureDDP(module, cc=args.cc, settings=settings, secret=secret, bucket_cap_mb=args.bucket_cap_mb,
-                      gradient_as_bucket_view=True)
-    bounce = None
-    if args.cc == "on":
-        # The group's secret: the pre-shared one, or the one agreed by key establishment.
-        bounce = BouncePath(derive_purpose_key(model.sync_group.secret, model.sync_group.session_id, f"bounce/{rank}"),
-                            session_id=model.sync_group.session_id)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
-    state = model.hook_state
-    iterations = []
-    for step in range(args.warmup + args.steps):
+class Trainer:
+    """One variant's model, optimizer and input bounce path on this rank, and the record
+    of every iteration it ran."""
+
+    def __init__(self, args: argparse.Namespace, variant: Variant, wl) -> None:
+        self.args, self.variant, self.wl = args, variant, wl
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.settings = settings_from(args, variant)
+        # Every variant starts from the same parameters and sees the same batches.
+        torch.manual_seed(args.seed)
+        module = wl.build_model(device="cpu")
+        # Gradients as views of DDP's buckets: no second copy of every gradient (GPT-2 sizes
+        # would not fit twice on this machine); the same in both modes. secret=None: the
+        # group reads the environment (shared secret or identity keys).
+        self.model = SecureDDP(module, cc=variant.cc, settings=self.settings, secret=None,
+                               bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=True)
+        self.bounce = None
+        if variant.cc == "on":
+            group = self.model.sync_group
+            # The group's secret: the pre-shared one, or the one agreed by key establishment.
+            self.bounce = BouncePath(derive_purpose_key(group.secret, group.session_id, f"bounce/{self.rank}"),
+                                     session_id=group.session_id)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=args.lr)
+        # The variant's own random stream (dropout): variants taking turns must not draw
+        # from one shared stream, or their training would differ by the order of turns.
+        self.rng = torch.get_rng_state()
+        self.iterations: list[dict] = []
+
+    def step(self, step: int, round_: int | None) -> None:
+        """One training iteration on the batch of ``step``; ``round_`` is the measured
+        round it belongs to, ``None`` for a warm-up iteration."""
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self.rng)
+        try:
+            self._step(step, round_)
+        finally:
+            self.rng = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
+    def _step(self, step: int, round_: int | None) -> None:
+        model, bounce, state, wl = self.model, self.bounce, self.model.hook_state, self.wl
         before = model.counters()
-        bounce_before = bounce.counters.snapshot() if bounce else CryptoCounters().snapshot()
+        bounce_before = bounce.counters.snapshot() if bounce else None
         buckets_before = state.buckets
         t0 = time.perf_counter()
-        batch = wl.make_batch(step, rank, n)
+        batch = wl.make_batch(step, self.rank, self.world_size)
         t1 = time.perf_counter()
         batch = bounce.receive(bounce.stage(batch)) if bounce else {k: v.clone() for k, v in batch.items()}
         t2 = time.perf_counter()
@@ -146,8 +139,8 @@ def train(args: argparse.Namespace) -> dict:
                 raise model.comm_failure() from None
             raise
         t4 = time.perf_counter()
-        opt.step()
-        opt.zero_grad(set_to_none=False)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=False)
         t5 = time.perf_counter()
         if not torch.isfinite(loss.detach()).all():
             raise ConfigError(f"loss is not finite at step {step}; lower --lr")
@@ -156,8 +149,8 @@ def train(args: argparse.Namespace) -> dict:
         sync = CryptoCounters.diff(after["broadcasts"], before["broadcasts"])
         bnc = CryptoCounters.diff(bounce.counters.snapshot(), bounce_before) if bounce else None
         busy = grads["busy_seconds"] + sync["busy_seconds"] + (bnc["busy_seconds"] if bnc else 0.0)
-        iterations.append({
-            "step": step, "warmup": step < args.warmup, "total_ms": (t5 - t0) * 1e3,
+        self.iterations.append({
+            "step": step, "warmup": round_ is None, "round": round_, "total_ms": (t5 - t0) * 1e3,
             "data_ms": (t1 - t0) * 1e3, "bounce_ms": (t2 - t1) * 1e3, "forward_ms": (t3 - t2) * 1e3,
             "backward_ms": (state.last_bucket_ready - t3) * 1e3, "exposed_comm_ms": (t4 - state.last_bucket_ready) * 1e3,
             "optimizer_ms": (t5 - t4) * 1e3, "crypto_busy_ms": busy * 1e3,
@@ -168,69 +161,163 @@ def train(args: argparse.Namespace) -> dict:
             "control_seals": grads["control_seals"] + sync["control_seals"],
             "loss": float(loss.detach().float()),
         })
-    per_rank = gather_records(iterations, model, settings)
-    sha = param_sha256(model.module)
-    model.close()
+
+    def finish(self) -> str:
+        """Close the variant's groups and let its model go (the record stays); returns
+        the hash of its final parameters."""
+        sha = param_sha256(self.model.module)
+        self.model.close()
+        self.model = self.opt = self.bounce = None
+        return sha
+
+
+def in_turns(items: list, round_: int) -> list:
+    """``items`` rotated by the round, so every variant runs first, second, ... equally often."""
+    k = round_ % len(items)
+    return items[k:] + items[:k]
+
+
+def choose_alternation(args: argparse.Namespace, variants: list[Variant], wl, group: SecureGroup) -> str:
+    """``iteration`` when every variant's model fits in memory at once on every rank of
+    this node, else ``block``; all ranks agree (the most cautious rank decides)."""
+    if args.alternate != "auto" or len(variants) == 1:
+        return "iteration" if args.alternate == "auto" else args.alternate
+    from ccddp.bench.memory import available_bytes, estimate_bytes
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    need = sum(estimate_bytes(wl, local, dist.get_world_size(), v.schedule) for v in variants)
+    have = available_bytes()
+    fits = have is None or need <= have
+    return "iteration" if all(gather_from_ranks(fits, group)) else "block"
+
+
+def measured_rounds(args: argparse.Namespace, round_seconds: float, group: SecureGroup) -> int:
+    """--steps, or with --budget as many rounds as the budget holds at the slowest rank's
+    pace (timed from the last warm-up round), at least --steps and at most MAX_ROUNDS."""
+    if args.budget is None:
+        return args.steps
+    slowest = max(gather_from_ranks(round_seconds, group))
+    return max(args.steps, min(MAX_ROUNDS, int(args.budget / max(slowest, 1e-3))))
+
+
+def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
+                 group: SecureGroup) -> tuple[list[Trainer], dict]:
+    """Every variant alive at once; each round runs one iteration of each, in turns."""
+    trainers = [Trainer(args, v, wl) for v in variants]
+    last_round = 0.0
+    for step in range(args.warmup):
+        t0 = time.perf_counter()
+        for t in trainers:
+            t.step(step, None)
+        last_round = time.perf_counter() - t0
+    rounds = measured_rounds(args, last_round, group) if args.warmup else args.steps
+    for r in range(rounds):
+        for t in in_turns(trainers, r):
+            t.step(args.warmup + r, r)
+    shas = {t.variant: t.finish() for t in trainers}
+    return trainers, {"alternation": "iteration", "rounds": rounds, "block": 1, "param_sha256": shas}
+
+
+def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tuple[list[Trainer], dict]:
+    """One model at a time: each round builds each variant in turn, warms it up and runs
+    a block of --block measured iterations."""
+    rounds = -(-args.steps // args.block)
+    done: dict[Variant, Trainer] = {}
+    shas: dict[Variant, str] = {}
+    for r in range(rounds):
+        for v in in_turns(variants, r):
+            t = Trainer(args, v, wl)
+            for step in range(args.warmup):
+                t.step(step, None)
+            for i in range(args.block):
+                t.step(args.warmup + i, r)
+            shas[v] = t.finish()
+            if v in done:
+                done[v].iterations += t.iterations
+            else:
+                done[v] = t
+            # DDP's reducer and hooks hold reference cycles: without a collection the previous
+            # model's parameters and gradients (GPT2-XL: 6 GB per rank) outlive it.
+            del t
+            gc.collect()
+            dist.barrier()
+    return [done[v] for v in variants], {"alternation": "block", "rounds": rounds, "block": args.block,
+                                         "param_sha256": shas}
+
+
+def measure(args: argparse.Namespace, variants: list[Variant]) -> list[dict]:
+    """Run every variant in turns; returns one result per variant (on every rank)."""
+    wl = workload_from(args)
+    group = harness_group(args, variants)
+    if choose_alternation(args, variants, wl, group) == "iteration":
+        trainers, how = run_in_turns(args, variants, wl, group)
+    else:
+        trainers, how = run_in_blocks(args, variants, wl)
+    # Timings (not model data) from every rank, after the last step.
+    per_rank = gather_from_ranks({t.variant.label: [it["total_ms"] for it in t.iterations] for t in trainers}, group)
+    group.close()
+    labels = [v.label for v in variants]
+    return [result_of(args, wl, t, [r[t.variant.label] for r in per_rank], how, labels) for t in trainers]
+
+
+def result_of(args: argparse.Namespace, wl, t: Trainer, per_rank: list[list[float]], how: dict,
+              labels: list[str]) -> dict:
+    iterations = t.iterations
+    for it, *others in zip(iterations, *per_rank):
+        it["slowest_rank_total_ms"] = max(others)
     measured = [it for it in iterations if not it["warmup"]]
-    slowest = [max(per_rank[r][i]["total_ms"] for r in range(n)) for i in range(len(iterations))]
-    for it, s in zip(iterations, slowest):
-        it["slowest_rank_total_ms"] = s
-    summary = {k: statistics.median(it[k] for it in measured) for k in PHASES + ("total_ms", "crypto_busy_ms")}
-    summary["slowest_rank_total_ms"] = statistics.median(it["slowest_rank_total_ms"] for it in measured)
+    summary = {k: statistics.median(it[k] for it in measured)
+               for k in PHASES + ("total_ms", "crypto_busy_ms", "slowest_rank_total_ms")}
     steady = measured[-1]
+    v = t.variant
     return {
         "schema": SCHEMA, "machine": machine_info(), "workload": wl.name, "size": args.size,
-        "shapes": wl.shapes, "num_params": wl.num_params, "world_size": n, "cc": args.cc,
-        "schedule": args.schedule if args.cc == "on" else None, "settings": settings.as_dict(),
-        "bucket_cap_mb": args.bucket_cap_mb, "optimizer": f"SGD(lr={args.lr})", "steps": args.steps,
-        "warmup": args.warmup, "iterations": iterations, "summary": summary,
+        "shapes": wl.shapes, "num_params": wl.num_params, "world_size": t.world_size, "cc": v.cc,
+        "schedule": v.schedule, "variant": v.label, "settings": t.settings.as_dict(),
+        "bucket_cap_mb": args.bucket_cap_mb, "optimizer": f"SGD(lr={args.lr})", "steps": len(measured),
+        "warmup": args.warmup,
+        # How the variants of this launch took turns; a report pairs iterations of one round.
+        "pairing": {"variants": labels, "alternation": how["alternation"], "rounds": how["rounds"],
+                    "block": how["block"]},
+        "iterations": iterations, "summary": summary,
         "allreduce_calls_per_iteration": steady["allreduce_calls"],
         "seals_per_rank": steady["seals"], "opens_per_rank": steady["opens"],
         "broadcast_seals_per_iteration": steady["broadcast_seals"],
         "bounce_seals_per_iteration": steady["bounce_seals"],
-        "param_sha256": sha, "per_rank_total_ms": [[it["total_ms"] for it in r] for r in per_rank],
+        "param_sha256": how["param_sha256"][v], "per_rank_total_ms": per_rank,
     }
 
 
-def run_variants(args: argparse.Namespace) -> None:
-    """Several variants in one launch (one torch/transformers import), each written to
-    ``out_dir/<key>.json`` as soon as it is done, so an interrupted sweep keeps them."""
-    import gc
-    import os
-
-    for text in args.variants.split(","):
-        cc, schedule = parse_variant(text)
-        one = argparse.Namespace(**{**vars(args), "cc": cc, "schedule": schedule})
-        result = train(one)
-        if dist.get_rank() == 0:
-            key = variant_key(result["workload"], result["world_size"], cc, schedule if cc == "on" else None)
-            path = os.path.join(args.out_dir, key.replace("/", "__") + ".json")
-            with open(path + ".tmp", "w") as f:
-                json.dump(result, f)
-            os.replace(path + ".tmp", path)
-        # DDP's reducer and hooks hold reference cycles: without a collection the previous
-        # variant's parameters and gradients (GPT2-XL: 6 GB per rank) outlive it.
-        del result
-        gc.collect()
-        dist.barrier()
+def write_results(path: str, results: list[dict]) -> None:
+    """One variant: its result; several: a COMPARE_SCHEMA file holding all of them, with a
+    launch id that tells a report they were measured in turns together. Atomic."""
+    if len(results) == 1:
+        data = results[0]
+    else:
+        launch = os.urandom(8).hex()
+        for r in results:
+            r["pairing"]["launch"] = launch
+        data = {"schema": COMPARE_SCHEMA, "machine": results[0]["machine"], "runs": results}
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def main() -> None:
     args = build_parser().parse_args()
+    variants = check(args)
     init_from_env(args.timeout)
-    if args.variants:
-        run_variants(args)
-        return
-    result = train(args)
+    results = measure(args, variants)
     if dist.get_rank() == 0:
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f, indent=2)
-        s = result["summary"]
-        print(f"{result['workload']} cc={result['cc']} world={result['world_size']}: "
-              f"median {s['total_ms']:.1f} ms/iter (" + ", ".join(f"{k[:-3]} {s[k]:.1f}" for k in PHASES) +
-              f", crypto busy {s['crypto_busy_ms']:.1f}) all-reduces/iter {result['allreduce_calls_per_iteration']} "
-              f"seals/rank {result['seals_per_rank']}", flush=True)
+            write_results(args.json, results)
+        for result in results:
+            s = result["summary"]
+            print(f"{result['workload']} {result['variant']} world={result['world_size']}: "
+                  f"median {s['total_ms']:.1f} ms/iter over {result['steps']} (" +
+                  ", ".join(f"{k[:-3]} {s[k]:.1f}" for k in PHASES) +
+                  f", crypto busy {s['crypto_busy_ms']:.1f}) all-reduces/iter "
+                  f"{result['allreduce_calls_per_iteration']} seals/rank {result['seals_per_rank']}", flush=True)
 
 
 if __name__ == "__main__":

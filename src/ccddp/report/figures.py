@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from ccddp.report.results import PHASES, Results
+from ccddp.report.stats import Interval, shows_difference
 
 DPI = 110
 #: Fixed salt: SVG element ids are hashes of it, so they repeat run to run.
@@ -199,6 +200,27 @@ def _fmt_ms(v: float) -> str:
     return f"{v:.0f} ms" if v >= 10 else f"{v:.1f} ms"
 
 
+def _ratio_label(r: Interval) -> str:
+    """What a bar says about a ratio: ``1.23×``; ``≈1`` when its interval contains 1 (or,
+    without an interval, it is below 1); ``1.05×?`` when it has no interval."""
+    if not shows_difference(r):
+        return "≈1"
+    return f"{r.estimate:.2f}×" + ("" if r.known else "?")
+
+
+def _yerr(ivs: list[Interval | None], values: list[float]) -> list[list[float]] | None:
+    """matplotlib's asymmetric error bars (below, above) for intervals around ``values``;
+    None when no interval is known (a zero-length bar is drawn for unknown ones)."""
+    if not any(iv is not None and iv.known for iv in ivs):
+        return None
+    lo = [max(0.0, v - iv.low) if iv is not None and iv.known else 0.0 for iv, v in zip(ivs, values)]
+    hi = [max(0.0, iv.high - v) if iv is not None and iv.known else 0.0 for iv, v in zip(ivs, values)]
+    return [lo, hi]
+
+
+ERR_STYLE = {"ecolor": "black", "capsize": 2.5, "elinewidth": 0.9}
+
+
 def _mark_failed(ax, x: float, color: str) -> None:
     """A run that was attempted and failed: say so where its bar would be."""
     ax.text(x, 0.02, "failed", transform=ax.get_xaxis_transform(), rotation=90,
@@ -324,29 +346,33 @@ def fig_iteration_time(results: Mapping[str, Any] | Results, out_dir: str | Path
     with _style():
         fig, axes, ly, cols = _panels(len(sizes), _panel_width(len(workloads), 0.25 + 0.2 * len(series)),
                               title="Time per iteration, CC-off vs CC-on — measured "
-                                    "(cf. paper Figs. 8a, 9a, 10); label on bar: CC-on / CC-off",
+                                    "(cf. paper Figs. 8a, 9a, 10); median with 95 % interval; label: "
+                                    "CC-on / CC-off (≈1: no measurable difference)",
                               legend=[_series_label(s) for s in series], rotated=_rotated(workloads))
         values: list[float] = []
         for ax, n in zip(axes, sizes):
             for i, s in enumerate(series):
                 cc = "on" if s else "off"
                 color = _series_color(s, i)
-                xs, ys = [], []
+                xs, ys, ivs = [], [], []
                 for j, w in enumerate(workloads):
                     x = j - 0.4 + width * (i + 0.5)
-                    t = res.total_ms(w, n, cc, s)
-                    if t is None:
+                    iv = res.time_interval(w, n, cc, s)
+                    if iv is None:
                         if res.failed(w, n, cc, s):
                             _mark_failed(ax, x, color)
                         continue
                     xs.append(x)
-                    ys.append(t)
-                    values.append(t)
-                    r = res.ratio(w, n, s) if s else None
+                    ys.append(iv.estimate)
+                    ivs.append(iv)
+                    values += [iv.estimate, iv.high or iv.estimate]
+                    r = res.comparison(w, n, s) if s else None
                     if r is not None:
-                        ax.annotate(f"{r:.1f}×", (x, t), xytext=(0, 2), textcoords="offset points",
+                        top = iv.high if iv.known else iv.estimate
+                        ax.annotate(_ratio_label(r), (x, top), xytext=(0, 2), textcoords="offset points",
                                     ha="center", va="bottom", fontsize=6.5, rotation=90)
-                ax.bar(xs, ys, width=width * 0.95, color=color, label=_series_label(s))
+                ax.bar(xs, ys, width=width * 0.95, color=color, label=_series_label(s),
+                       yerr=_yerr(ivs, ys), error_kw=ERR_STYLE)
             ax.set_yscale("log")
             ax.set_title(f"{n} ranks")
             _group_ticks(ax, workloads)
@@ -386,7 +412,7 @@ def fig_decomposition(results: Mapping[str, Any] | Results, out_dir: str | Path)
     with _style():
         fig, axes, ly = _grid(len(scheds), len(sizes), _panel_width(len(workloads), 0.5),
                               title="Where CC-on time goes — measured (cf. paper Figs. 8b, 9b); "
-                                    "median total on top", legend_ncols=4,
+                                    "median total (95 % interval) on top", legend_ncols=4,
                               legend=[PHASE_STYLE[k][0] for k in PHASES] + [BUSY_LABEL],
                               rotated=_rotated(workloads), panel_h=PANEL_H - 0.3)
         top = 100.0
@@ -410,13 +436,16 @@ def fig_decomposition(results: Mapping[str, Any] | Results, out_dir: str | Path)
                     if busy > 0:
                         ax.plot([j], [busy], "D", color="black", ms=5, zorder=5, label=BUSY_LABEL)
                         top = max(top, busy)
-                    t = res.total_ms(w, n, "on", s)
-                    ax.annotate(_fmt_ms(t if t is not None else total), (j, 100), xytext=(0, 2),
-                                textcoords="offset points", ha="center", va="bottom", fontsize=6.5)
+                    iv = res.time_interval(w, n, "on", s)
+                    text = _fmt_ms(iv.estimate if iv is not None else total)
+                    if iv is not None and iv.known:
+                        text += f"\n({_fmt_ms(iv.low)}–{_fmt_ms(iv.high)})"
+                    ax.annotate(text, (j, 100), xytext=(0, 2),
+                                textcoords="offset points", ha="center", va="bottom", fontsize=6)
                 ax.set_title(f"CC-on {s}, {n} ranks")
                 _group_ticks(ax, workloads)
             axes[r][0].set_ylabel("share of iteration (%)")
-        axes[0][0].set_ylim(0, top * 1.1 + 2)
+        axes[0][0].set_ylim(0, top * 1.1 + 12)
         handles, labels = _unique_handles([ax for row in axes for ax in row])
         order = [PHASE_STYLE[k][0] for k in PHASES] + [BUSY_LABEL]
         pairs = sorted(zip(labels, handles), key=lambda p: order.index(p[0]))
@@ -465,7 +494,8 @@ def fig_scaling(results: Mapping[str, Any] | Results, out_dir: str | Path) -> li
     with _style():
         fig, axes, ly, cols = _panels(len(panels), _panel_width(len(workloads), 0.3 + 0.22 * len(all_higher)),
                               title=f"CC-on time at n ranks / at {base_text} ranks — measured (cf. "
-                                    f"paper Fig. 11); dashed: theory {theory_text}",
+                                    f"paper Fig. 11), with intervals from both medians' 95 % intervals; "
+                                    f"dashed: theory {theory_text}",
                               legend=[lab for n in all_higher for lab in labels_for(n)],
                               legend_ncols=len(all_higher), rotated=_rotated(workloads))
         top = 1.0
@@ -474,7 +504,7 @@ def fig_scaling(results: Mapping[str, Any] | Results, out_dir: str | Path) -> li
             width = 0.8 / len(higher)
             for i, n in enumerate(higher):
                 color = WORKLOAD_COLORS[(all_higher.index(n) + 1) % len(WORKLOAD_COLORS)]
-                xs, ys, ox, oy = [], [], [], []
+                xs, ys, ivs, ox, oy = [], [], [], [], []
                 for j, w in enumerate(workloads):
                     on_n, on_b = res.total_ms(w, n, "on", s), res.total_ms(w, base, "on", s)
                     x = j - 0.4 + width * (i + 0.5)
@@ -484,14 +514,19 @@ def fig_scaling(results: Mapping[str, Any] | Results, out_dir: str | Path) -> li
                         continue
                     xs.append(x)
                     ys.append(on_n / on_b)
-                    ax.annotate(f"{on_n / on_b:.2f}", (x, on_n / on_b), xytext=(0, 2),
+                    ivs.append(_quotient_interval(res.time_interval(w, n, "on", s),
+                                                  res.time_interval(w, base, "on", s)))
+                    top = ivs[-1].high if ivs[-1] is not None else on_n / on_b
+                    ax.annotate(f"{on_n / on_b:.2f}", (x, top), xytext=(0, 2),
                                 textcoords="offset points", ha="center", va="bottom", fontsize=6.5)
                     off_n, off_b = res.total_ms(w, n, "off"), res.total_ms(w, base, "off")
                     if off_n is not None and off_b:
                         ox.append(x)
                         oy.append(off_n / off_b)
                 on_lab, off_lab, theory_lab = labels_for(n)
-                legend.setdefault(f"on{n}", (ax.bar(xs, ys, width=width * 0.85, color=color), on_lab))
+                legend.setdefault(f"on{n}", (ax.bar(xs, ys, width=width * 0.85, color=color,
+                                                    yerr=_yerr(ivs, ys), error_kw=ERR_STYLE), on_lab))
+                top = max([top] + [iv.high for iv in ivs if iv is not None])
                 if oy:
                     legend.setdefault(f"off{n}", (ax.plot(ox, oy, "_", color="black", ms=12, mew=2.2)[0],
                                                   off_lab))
@@ -514,11 +549,21 @@ def fig_scaling(results: Mapping[str, Any] | Results, out_dir: str | Path) -> li
         return _save(fig, out_dir, "scaling")
 
 
+def _quotient_interval(a: Interval | None, b: Interval | None) -> Interval | None:
+    """a / b for medians of separate launches: [a.low / b.high, a.high / b.low], which holds
+    both 95 % intervals (conservative); None unless both are known."""
+    if a is None or b is None or not (a.known and b.known) or b.low <= 0:
+        return None
+    return Interval(a.estimate / b.estimate, a.low / b.high, a.high / b.low, min(a.n, b.n))
+
+
 # -- schedules ------------------------------------------------------------------------------
 
 def fig_schedule_overhead(results: Mapping[str, Any] | Results, out_dir: str | Path) -> list[Path]:
     """CC-on/CC-off time ratio of each schedule (the paper's naive one, ccddp's
-    pipelined one) per workload; one panel per world size; 1 = no overhead.
+    pipelined one) per workload, with its 95 % interval; one panel per world size. A ratio
+    whose interval contains 1 gets no bar: only its interval, labelled ≈1 (no measurable
+    difference), so it is never drawn as a speed-up or a slowdown.
 
     Example::
 
@@ -526,41 +571,51 @@ def fig_schedule_overhead(results: Mapping[str, Any] | Results, out_dir: str | P
     """
     res = _res(results)
     scheds = res.schedules
-    sizes = [n for n in res.world_sizes if any(res.ratio(w, n, s) for w in res.workloads for s in scheds)]
+    sizes = [n for n in res.world_sizes if any(res.comparison(w, n, s) for w in res.workloads for s in scheds)]
     if not sizes:
         return []
-    workloads = [w for w in res.workloads if any(res.ratio(w, n, s) for n in sizes for s in scheds)]
+    workloads = [w for w in res.workloads if any(res.comparison(w, n, s) for n in sizes for s in scheds)]
     width = 0.8 / len(scheds)
-    ratios = [r for w in workloads for n in sizes for s in scheds if (r := res.ratio(w, n, s))]
-    log = max(ratios) / max(min(ratios), 1e-9) > 12
+    comps = [c for w in workloads for n in sizes for s in scheds if (c := res.comparison(w, n, s))]
+    extent = [c.estimate for c in comps] + [x for c in comps if c.known for x in (c.low, c.high)] + [1.0]
+    log = max(extent) / max(min(extent), 1e-9) > 12
     with _style():
         fig, axes, ly, cols = _panels(len(sizes), _panel_width(len(workloads), 0.3 + 0.22 * len(scheds)),
-                              title="Overhead of each CC-on schedule: CC-on / CC-off — measured",
+                              title="Overhead of each CC-on schedule: CC-on / CC-off — measured, with 95 % "
+                                    "intervals; ≈1: no measurable difference (interval contains 1)",
                               legend=[f"CC-on {s} / CC-off" for s in scheds], rotated=_rotated(workloads))
         for ax, n in zip(axes, sizes):
             for i, s in enumerate(scheds):
-                xs, ys = [], []
+                color = _series_color(s, i)
+                xs, ys, ivs = [], [], []
                 for j, w in enumerate(workloads):
-                    r = res.ratio(w, n, s)
+                    r = res.comparison(w, n, s)
                     x = j - 0.4 + width * (i + 0.5)
                     if r is None:
                         if res.failed(w, n, "on", s):
-                            _mark_failed(ax, x, _series_color(s, i))
+                            _mark_failed(ax, x, color)
                         continue
-                    xs.append(x)
-                    ys.append(r)
-                    ax.annotate(f"{r:.2f}", (x, r), xytext=(0, 2), textcoords="offset points",
+                    if shows_difference(r):
+                        xs.append(x)
+                        ys.append(r.estimate)
+                        ivs.append(r)
+                    elif r.known:  # the interval alone, no bar
+                        ax.vlines(x, r.low, r.high, color=color, lw=2.2)
+                        ax.hlines([r.low, r.high], x - width * 0.25, x + width * 0.25, color=color, lw=1.2)
+                    top = r.high if r.known else max(r.estimate, 1.0)
+                    ax.annotate(_ratio_label(r), (x, top), xytext=(0, 2), textcoords="offset points",
                                 ha="center", va="bottom", fontsize=6.5,
                                 rotation=90 if len(scheds) > 1 else 0)
-                ax.bar(xs, ys, width=width * 0.9, color=_series_color(s, i), label=f"CC-on {s} / CC-off")
+                ax.bar(xs, ys, width=width * 0.9, color=color, label=f"CC-on {s} / CC-off",
+                       yerr=_yerr(ivs, ys), error_kw=ERR_STYLE)
             ax.axhline(1.0, color="black", lw=0.8)
             ax.set_title(f"{n} ranks")
             _group_ticks(ax, workloads)
         if log:
             axes[0].set_yscale("log")
-            axes[0].set_ylim(min(min(ratios), 1.0) / 1.5, max(ratios) * 4)
+            axes[0].set_ylim(min(extent) / 1.5, max(extent) * 4)
         else:
-            axes[0].set_ylim(0, max(ratios) * 1.25)
+            axes[0].set_ylim(0, max(extent) * 1.3)
         for ax in axes[::cols]:
             ax.set_ylabel("CC-on / CC-off time per iteration" + (" (log)" if log else ""))
         _legend(fig, ly, *_unique_handles(axes))

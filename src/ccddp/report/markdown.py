@@ -17,13 +17,13 @@ Example::
 from __future__ import annotations
 
 import math
-import statistics
 from pathlib import Path
 from typing import Any, Mapping
 
 from ccddp.report.crypto_ops import check_runs, mark
 from ccddp.report.figures import write_figures
 from ccddp.report.results import SCHEMA, Results
+from ccddp.report.stats import METHOD, Verdict, interval_text, ratio_text, verdict
 
 FIGURES_DIR = "figures"
 
@@ -38,29 +38,36 @@ CAPTIONS = {
         "gives one."),
     "iteration_time": (
         "Time per iteration, CC-off vs CC-on (cf. paper Figs. 8a, 9a, 10)",
-        "**Measured** median time per iteration on rank 0, one panel per world size (log "
-        "scale). CC-off is gloo's all-reduce; CC-on seals every ring hop with AES-GCM, "
-        "with the paper's naive schedule and/or ccddp's pipelined one. The number on a "
-        "CC-on bar is CC-on/CC-off. \"failed\" marks a run that did not finish."),
+        "**Measured** median time per iteration on rank 0 with its 95 % interval (error "
+        "bar), one panel per world size (log scale). CC-off is gloo's all-reduce; CC-on "
+        "seals every ring hop with AES-GCM, with the paper's naive schedule and/or ccddp's "
+        "pipelined one. The label on a CC-on bar is CC-on/CC-off (median of per-round "
+        "ratios); ≈1 means its 95 % interval contains 1: no measurable difference. "
+        "\"failed\" marks a run that did not finish."),
     "phase_decomposition": (
         "Where CC-on time goes (cf. paper Figs. 8b, 9b)",
         "**Measured** CC-on phases as a share of their sum: data, bounce (sealing and "
         "opening the input batch, the paper's CPU→GPU step), forward, backward compute, "
         "exposed communication (after backward until every bucket is reduced) and "
         "optimizer. ◆ is crypto busy time (seal + open, all threads), which overlaps the "
-        "phases and can exceed 100 % with several crypto threads. Median total on top."),
+        "phases and can exceed 100 % with several crypto threads. Median total on top, "
+        "its 95 % interval below it."),
     "scaling": (
         "Scaling with the number of ranks (cf. paper Fig. 11)",
         "**Measured** CC-on time at n ranks over the time at 2 ranks (or the smallest world "
         "size measured). Dashed: the theory line (n−1)/(2−1): a ring all-reduce does 4(n−1) "
         "crypto operations per rank, so crypto-bound time grows with n−1 (the paper's "
         "\"theoretical maximum\"). The black tick is CC-off with the same normalisation: "
-        "on a shared CPU compute also slows with more ranks, which GPUs do not."),
+        "on a shared CPU compute also slows with more ranks, which GPUs do not. The two "
+        "world sizes ran in separate launches, so the error bar spans the quotients of both "
+        "medians' 95 % intervals (conservative)."),
     "schedule_overhead": (
         "Overhead of each CC-on schedule",
         "**Measured** CC-on/CC-off per workload and world size, for the paper's naive "
         "schedule (seal the whole chunk, send, open, reduce) and ccddp's pipelined one "
-        "(segments sealed while earlier ones are in flight). 1 = no overhead."),
+        "(segments sealed while earlier ones are in flight): the median of per-round "
+        "ratios with its 95 % interval. 1 = no overhead. A ratio whose interval contains "
+        "1 is drawn as its interval alone, labelled ≈1 (no measurable difference)."),
     "projected_slowdown": (
         "Projected slowdown vs number of GPUs — model, not measured",
         "**Projected** by ccddp's performance model (`ccddp simulate`) for the hardware "
@@ -117,9 +124,11 @@ def _provenance(res: Results, drawn: set[str]) -> list[str]:
         f"the figures marked measured comes from `ccddp train` runs on this machine: "
         f"one process per rank, CPU tensors over gloo. CC-off = gloo's all-reduce; CC-on "
         f"= AES-GCM-256 sealed ring all-reduce on every hop, input batches sealed through "
-        f"the bounce path, parameters and buffers broadcast sealed. Times are medians over "
-        f"{cfg.get('steps', '?')} measured iterations after {cfg.get('warmup', '?')} "
-        f"warm-up, on rank 0.")
+        f"the bounce path, parameters and buffers broadcast sealed. The variants of one "
+        f"workload and world size ran in one launch, taking turns (a round runs each "
+        f"variant once), after {cfg.get('warmup', '?')} warm-up iterations each; "
+        f"{_rounds_text(res)}. Times are medians on rank 0 with their 95 % interval; each "
+        f"CC-on/CC-off ratio is the {METHOD}.")
     lines.append("- **Computed, not timed**: parameters and buckets per workload (Fig. 6) "
                  "from DDP's own bucket assignment at its default caps.")
     lines.append("- **From the paper** (for reference, never measured here): the paper's "
@@ -137,6 +146,16 @@ def _provenance(res: Results, drawn: set[str]) -> list[str]:
     return lines + [""]
 
 
+def _rounds_text(res: Results) -> str:
+    """How many rounds the runs measured, e.g. "9–14 measured rounds per launch"."""
+    counts = sorted({len(Results.round_ms(r)) for r in res.runs if res.is_ok(r)} - {0})
+    if not counts:
+        return "the runs have no rounds (variants were not measured in turns)"
+    span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    budget = res.config.get("budget_s")
+    return f"{span} measured rounds per launch" + (f" (as many as {budget:g} s held)" if budget else "")
+
+
 def _machine(res: Results) -> list[str]:
     m = res.machine
     keys = [("hostname", "host"), ("cpu", "CPU"), ("cores", "cores"), ("memory_gb", "memory (GB)"),
@@ -148,7 +167,9 @@ def _machine(res: Results) -> list[str]:
     crows = [["workloads", ", ".join(map(str, cfg.get("workloads") or res.workloads))],
              ["world sizes", ", ".join(map(str, cfg.get("world_sizes") or res.world_sizes))],
              ["CC-on schedules", ", ".join(map(str, cfg.get("schedules") or res.schedules))],
-             ["measured steps / warm-up", f"{cfg.get('steps', '?')} / {cfg.get('warmup', '?')}"],
+             ["measured iterations per variant (fewest) / warm-up",
+              f"{cfg.get('steps', '?')} / {cfg.get('warmup', '?')}"],
+             ["measuring time per launch", f"{cfg['budget_s']:g} s" if cfg.get("budget_s") else "–"],
              ["workload size preset", cfg.get("size")], ["quick", cfg.get("quick")],
              ["runs", f"{len(res.runs) - len(res.failed_runs)} ok, {len(res.failed_runs)} failed"]]
     return (["## Machine and versions", ""] + _table(["", ""], rows, "ll")
@@ -216,11 +237,36 @@ def _figures(drawn: dict[str, list[Path]], out_dir: Path) -> list[str]:
     return lines
 
 
-def _ratio_cell(res: Results, w: str, n: int, s: str) -> str | None:
-    r = res.ratio(w, n, s)
-    if r is not None:
-        return f"{r:.2f}×"
-    return "failed" if res.failed(w, n, "on", s) or res.failed(w, n, "off") else None
+def _ratio_cell(res: Results, w: str, n: int, s: str, against: str | None = None) -> str | None:
+    c = res.comparison(w, n, s, against)
+    if c is not None:
+        return ratio_text(c)
+    failed = res.failed(w, n, "on", s) or (res.failed(w, n, "off") if against is None
+                                            else res.failed(w, n, "on", against))
+    return "failed" if failed else None
+
+
+def _ms_cell(res: Results, w: str, n: int, cc: str, s: str | None = None) -> str | None:
+    iv = res.time_interval(w, n, cc, s)
+    if iv is None:
+        return "failed" if res.failed(w, n, cc, s) else None
+    return f"{iv.estimate:.1f} {interval_text(iv, 0)}"
+
+
+RATIO_FOOTNOTE = (
+    f"Ratios: the {METHOD}, so a ratio is not the quotient of the two medians printed beside "
+    "it. A ratio whose interval contains 1 is written \"no measurable difference\". Times: "
+    "median ms per iteration on rank 0, 95 % interval in parentheses.")
+
+FASTER_NOTE = (
+    "Why CC-on can measure faster than CC-off here: on CPU ranks the two variants do not "
+    "run the same communication code. CC-off is gloo's own all-reduce; CC-on is ccddp's ring "
+    "on its own worker thread over a second connection per link, which can overlap "
+    "transfers with backward differently, and the operating system places the ranks' "
+    "threads on the shared cores differently. Where that difference outweighs the AES-GCM "
+    "work, the whole interval falls below 1. It is a property of this host's communication "
+    "path, not a speed-up that confidentiality brings; on GPUs the crypto is added to "
+    "transfers that do not share the compute's cores.")
 
 
 def _ratios(res: Results) -> list[str]:
@@ -237,34 +283,41 @@ def _ratios(res: Results) -> list[str]:
             off = res.total_ms(w, n, "off")
             if off is None and not any(res.total_ms(w, n, "on", s) for s in scheds):
                 continue
-            row: list[Any] = [w, n, _ms(off) or ("failed" if res.failed(w, n, "off") else None)]
+            row: list[Any] = [w, n, _ms_cell(res, w, n, "off")]
             for s in scheds:
-                on = res.total_ms(w, n, "on", s)
-                row += [_ms(on) or ("failed" if res.failed(w, n, "on", s) else None),
-                        _ratio_cell(res, w, n, s)]
+                row += [_ms_cell(res, w, n, "on", s), _ratio_cell(res, w, n, s)]
             if both:
-                a, b = res.total_ms(w, n, "on", "naive"), res.total_ms(w, n, "on", "pipelined")
-                row.append(f"{a / b:.2f}×" if a and b else None)
+                row.append(_ratio_cell(res, w, n, "naive", "pipelined"))
             rows.append(row)
     lines = ["## CC-on / CC-off per iteration (measured)", ""]
     if not rows:
         return lines + ["No workload has a usable run.", ""]
-    lines += ["Median time per iteration on rank 0; ratio = CC-on / CC-off at the same world "
-              "size (the paper's slowdown). `naive / pipelined` > 1 means the pipelined "
-              "schedule is faster.", ""]
+    lines += ["Ratio = CC-on / CC-off at the same world size (the paper's slowdown). "
+              "`naive / pipelined` above 1 means the pipelined schedule is faster.", ""]
     lines += _table(header, rows)
-    # The paper reports averages per GPU count; give the same summary.
+    lines += [RATIO_FOOTNOTE, ""]
+    verdicts = [verdict(c) for w in res.workloads for n in res.world_sizes for s in scheds
+                if (c := res.comparison(w, n, s)) is not None]
+    if Verdict.FASTER in verdicts:
+        lines += [FASTER_NOTE, ""]
+    # The paper reports averages per GPU count; give the same summary, counting verdicts
+    # (an average of estimates would turn "no measurable difference" into a number).
     summary = []
     for n in res.world_sizes:
         for s in scheds:
-            rs = [r for w in res.workloads if (r := res.ratio(w, n, s)) is not None]
-            if rs:
-                worst = max(res.workloads, key=lambda w: res.ratio(w, n, s) or 0.0)
-                summary.append([n, s, len(rs), f"{statistics.fmean(rs):.2f}×",
-                                f"{max(rs):.2f}× ({worst})", f"{min(rs):.2f}×"])
+            cs = {w: c for w in res.workloads if (c := res.comparison(w, n, s)) is not None}
+            if not cs:
+                continue
+            count = {v: sum(verdict(c) is v for c in cs.values()) for v in Verdict}
+            slower = {w: c for w, c in cs.items() if verdict(c) is Verdict.SLOWER}
+            worst = max(slower, key=lambda w: slower[w].estimate) if slower else None
+            summary.append([n, s, len(cs), count[Verdict.SLOWER], count[Verdict.NO_DIFFERENCE],
+                            count[Verdict.FASTER], count[Verdict.UNKNOWN],
+                            f"{ratio_text(slower[worst])} ({worst})" if worst else None])
     if summary:
         lines += ["Per world size and schedule, over workloads:", ""]
-        lines += _table(["ranks", "schedule", "workloads", "mean", "max", "min"], summary, "rlrrrr")
+        lines += _table(["ranks", "schedule", "workloads", "CC-on slower", "no measurable difference",
+                         "CC-on faster", "no interval", "largest slowdown"], summary, "rlrrrrrl")
     return lines
 
 

@@ -14,16 +14,19 @@ Example::
     res = Results.load("out/results.json")
     res.total_ms("resnet50", 2, "on", "pipelined")   # median ms/iteration, or None
     res.ratio("resnet50", 2, "pipelined")            # CC-on / CC-off, or None
+    res.comparison("resnet50", 2, "pipelined")       # the same with its 95 % interval
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ccddp.errors import ConfigError
+from ccddp.report.stats import Interval, median_interval, paired_ratio
 
 SCHEMA = "ccddp.characterize/1"
 
@@ -162,12 +165,59 @@ class Results:
         return _number(self.summary(workload, world_size, cc, schedule).get("total_ms"))
 
     def ratio(self, workload: str, world_size: int, schedule: str) -> float | None:
-        """CC-on (``schedule``) over CC-off median iteration time, or None."""
-        on = self.total_ms(workload, world_size, "on", schedule)
-        off = self.total_ms(workload, world_size, "off")
+        """CC-on (``schedule``) over CC-off: the estimate of :meth:`comparison`, or None."""
+        c = self.comparison(workload, world_size, schedule)
+        return c.estimate if c else None
+
+    def comparison(self, workload: str, world_size: int, schedule: str,
+                   against: str | None = None) -> Interval | None:
+        """CC-on with ``schedule`` over CC-off (``against=None``) or over CC-on with the
+        schedule ``against``, per iteration on rank 0, or None when a run is missing.
+
+        Runs measured in turns in one launch are paired by round: the median of the
+        per-round ratios with its 95 % interval (:mod:`ccddp.report.stats`). Runs from
+        separate launches (older results files) give the ratio of their medians, with
+        ``n == 0`` and no interval."""
+        num = self.run(workload, world_size, "on", schedule)
+        den = self.run(workload, world_size, "off") if against is None else \
+            self.run(workload, world_size, "on", against)
+        if num is None or den is None:
+            return None
+        a, b = self.round_ms(num), self.round_ms(den)
+        if a and b and _launch(num) is not None and _launch(num) == _launch(den):
+            return paired_ratio(a, b)
+        on = _number(self.summary_of(num).get("total_ms"))
+        off = _number(self.summary_of(den).get("total_ms"))
         if on is None or off is None or off <= 0:
             return None
-        return on / off
+        return Interval(on / off, None, None, 0)
+
+    @staticmethod
+    def summary_of(run: Mapping[str, Any]) -> dict:
+        s = run["result"].get("summary")
+        return dict(s) if isinstance(s, Mapping) else {}
+
+    @staticmethod
+    def round_ms(run: Mapping[str, Any]) -> dict[int, float]:
+        """Measured time per iteration on rank 0 by round (a round's median when it ran
+        a block of iterations); empty for results without rounds."""
+        by_round: dict[int, list[float]] = {}
+        for it in run["result"].get("iterations") or []:
+            if not isinstance(it, Mapping) or it.get("warmup"):
+                continue
+            r, t = it.get("round"), _number(it.get("total_ms"))
+            if isinstance(r, int) and not isinstance(r, bool) and t is not None:
+                by_round.setdefault(r, []).append(t)
+        return {r: statistics.median(ts) for r, ts in by_round.items()}
+
+    def time_interval(self, workload: str, world_size: int, cc: str,
+                      schedule: str | None = None) -> Interval | None:
+        """Median measured time per iteration on rank 0 with its 95 % interval."""
+        res = self.result(workload, world_size, cc, schedule)
+        if not res:
+            return None
+        return median_interval([it.get("total_ms") for it in res.get("iterations") or []
+                                if isinstance(it, Mapping) and not it.get("warmup")])
 
     def phase_ms(self, workload: str, world_size: int, schedule: str) -> dict[str, float] | None:
         """CC-on phases (``PHASES`` plus ``crypto_busy_ms``) with missing ones as 0, or
@@ -226,6 +276,12 @@ class Results:
                 if isinstance(s, Mapping) and dict(s) not in out:
                     out.append(dict(s))
         return out
+
+
+def _launch(run: Mapping[str, Any]) -> str | None:
+    """The id of the launch whose variants took turns (absent in older results)."""
+    pairing = run["result"].get("pairing")
+    return pairing.get("launch") if isinstance(pairing, Mapping) else None
 
 
 def _unique(items: Iterable) -> list:

@@ -1,0 +1,133 @@
+"""What a training measurement is asked to do: the ``ccddp train`` command line and the
+variants (CC-off, CC-on with a schedule) it compares.
+
+Nothing here imports torch, so ``ccddp train --help`` and a mistyped option answer at
+once; :mod:`ccddp.bench.train` runs what this describes.
+
+Example::
+
+    args = build_parser().parse_args(["--workload", "bert-base", "--cc", "off,on"])
+    [v.label for v in variants_of(args)]      # ['off', 'on:pipelined']
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from ccddp.errors import ConfigError
+
+#: CC-on schedule -> the secure collective implementation it runs.
+SCHEDULES = {"naive": "secure-naive", "pipelined": "secure"}
+#: Per-iteration phases, in the order they happen.
+PHASES = ("data_ms", "bounce_ms", "forward_ms", "backward_ms", "exposed_comm_ms", "optimizer_ms")
+#: How variants take turns: one iteration each, or (when their models do not fit in memory
+#: together) a block of iterations each, the model rebuilt for every block.
+ALTERNATIONS = ("auto", "iteration", "block")
+#: The secure collectives' own pipelining segment (MiB), used when --segment-mb is not given.
+#: A test checks it against ``CommSettings``, which this module cannot import without torch.
+DEFAULT_SEGMENT_MB = 4.0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration compared in a launch: ``cc`` is ``"off"`` or ``"on"``;
+    ``schedule`` is the CC-on schedule (``None`` for CC-off)."""
+
+    cc: str
+    schedule: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``off``, ``on:naive`` or ``on:pipelined``."""
+        return "off" if self.cc == "off" else f"on:{self.schedule}"
+
+    def key(self, workload: str, world_size: int) -> str:
+        return variant_key(workload, world_size, self.cc, self.schedule)
+
+
+def variant_key(workload: str, world_size: int, cc: str, schedule: str | None) -> str:
+    """``resnet50/ws2/cc-off`` or ``resnet50/ws2/cc-on/pipelined``: a run's name in results."""
+    return f"{workload}/ws{world_size}/cc-{cc}" + (f"/{schedule}" if cc == "on" else "")
+
+
+def variants_of(args: argparse.Namespace) -> list[Variant]:
+    """The variants ``--cc`` and ``--schedule`` ask for: CC-off first, then CC-on with each
+    schedule, e.g. ``--cc off,on --schedule naive,pipelined`` -> off, on:naive, on:pipelined."""
+    modes = _split(args.cc, "--cc", ("off", "on"))
+    schedules = _split(args.schedule, "--schedule", tuple(SCHEDULES))
+    out = [Variant("off")] if "off" in modes else []
+    if "on" in modes:
+        out += [Variant("on", s) for s in schedules]
+    return out
+
+
+def _split(text: str, flag: str, allowed: tuple[str, ...]) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    for x in items:
+        if x not in allowed:
+            raise ConfigError(f"{flag} {text!r}: {x!r} is not one of {', '.join(allowed)}")
+    if not items or len(set(items)) != len(items):
+        raise ConfigError(f"{flag} {text!r}: give each of {', '.join(allowed)} at most once")
+    return items
+
+
+def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ccddp train", add_help=add_help,
+        description="Train a workload with DistributedDataParallel, CC-off (plain gloo all-reduce) "
+                    "and/or CC-on (every gradient exchange sealed with AES-GCM), and time every phase "
+                    "of every iteration. With --cc off,on the variants take turns iteration by "
+                    "iteration in one launch, so a change in the machine's load falls on both, and "
+                    "each CC-on/CC-off ratio comes with a 95 % interval.")
+    p.add_argument("--workload", required=True, help="graphsage, resnet50, resnet101, bert-base, bert-large, "
+                                                     "gpt2-large or gpt2-xl")
+    p.add_argument("--size", default="default", choices=["default", "tiny"],
+                   help="tiny: the same model with a few layers, for quick checks")
+    p.add_argument("--cc", default="on", help="off, on, or off,on to compare them in one launch")
+    p.add_argument("--schedule", default="pipelined",
+                   help="CC-on all-reduce schedule(s), comma list: naive (seal a whole chunk, send, open, "
+                        "reduce) and/or pipelined (segments sealed while earlier ones travel)")
+    p.add_argument("--steps", type=int, default=3,
+                   help="measured iterations per variant (with --budget: the fewest)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="pick the number of measured iterations that fits this many seconds, timed "
+                        "from the warm-up (default: exactly --steps)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="iterations per variant before measuring (DDP rebuilds its buckets in the "
+                        "forward of iteration 1)")
+    p.add_argument("--alternate", default="auto", choices=ALTERNATIONS,
+                   help="how variants take turns: one iteration each (all models in memory at once), "
+                        "or blocks of --block iterations, one model at a time; auto: iteration when "
+                        "the models fit in memory together")
+    p.add_argument("--block", type=int, default=3, help="iterations per variant per turn with --alternate block")
+    p.add_argument("--batch-size", type=int, default=None, help="per rank (default: the workload's)")
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per sample (language models)")
+    p.add_argument("--image-size", type=int, default=None, help="image side in pixels (vision models)")
+    p.add_argument("--dtype", default=None, help="parameter dtype: float32, bfloat16 or float16 "
+                                                 "(default: the workload's)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the model and the data")
+    p.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate")
+    p.add_argument("--bucket-cap-mb", type=float, default=None,
+                   help="DDP bucket cap in MiB (default: DDP's 25 MiB, 1 MiB first bucket)")
+    p.add_argument("--segment-mb", type=float, default=DEFAULT_SEGMENT_MB,
+                   help="pipelining segment of the secure all-reduce, MiB")
+    p.add_argument("--chains", type=int, default=0,
+                   help="crypto threads per rank (0: CPU cores / local ranks)")
+    p.add_argument("--tag", default="segment", choices=["segment", "message"],
+                   help="one authentication tag per segment or per ring message")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds any rank may wait on a peer")
+    p.add_argument("--json", default=None, help="write the results here")
+    return p
+
+
+def check(args: argparse.Namespace) -> list[Variant]:
+    """Refuse what cannot be measured, in the user's words; return the variants."""
+    variants = variants_of(args)
+    if args.steps < 1 or args.warmup < 0:
+        raise ConfigError("--steps must be >= 1 and --warmup >= 0")
+    if args.budget is not None and args.budget <= 0:
+        raise ConfigError("--budget must be a positive number of seconds")
+    if args.block < 1:
+        raise ConfigError("--block must be >= 1")
+    return variants
