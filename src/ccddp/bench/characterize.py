@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 
 from ccddp.bench.machine import machine_info
-from ccddp.bench.train_options import variant_key
+from ccddp.bench.options import variant_key
 from ccddp.errors import CCDDPError, ConfigError
 
 SCHEMA = "ccddp.characterize/1"
@@ -26,7 +26,7 @@ SCHEMA = "ccddp.characterize/1"
 # (BENCHMARKS.md) and gives every ratio enough pairs for a 95 % interval.
 QUICK_BUDGET_S = 45.0
 QUICK = {"workloads": ["graphsage", "resnet50", "bert-base"], "world_sizes": [2, 3],
-         "schedules": ["naive", "pipelined"], "steps": 8, "warmup": 2, "budget_s": QUICK_BUDGET_S}
+         "schedules": ["naive", "pipelined"], "steps": 10, "warmup": 2, "budget_s": QUICK_BUDGET_S}
 # --quick keeps every architecture (so gradient bytes and bucket counts are the real ones)
 # but shrinks the per-rank batch, so a 2-core machine finishes the sweep in minutes.
 QUICK_SHAPES = {"graphsage": {"batch_size": 32}, "resnet50": {"batch_size": 2, "image_size": 112},

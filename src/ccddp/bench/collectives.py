@@ -20,28 +20,15 @@ import torch
 import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info, process_cpu_seconds
+from ccddp.bench.options import DTYPE_NAMES, OPS, build_collectives_parser, parse_size  # noqa: F401
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.control import gather_json
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.errors import ConfigError
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 SCHEMA = "ccddp.bench.collectives/1"
-
-
-def parse_size(text: str) -> int:
-    """``64M`` -> 67108864 bytes (K, M, G are powers of 1024)."""
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-    try:
-        value = float(t[:-1] if t[-1:] in "KMG" else t)
-    except ValueError:
-        raise ConfigError(f"cannot read size {text!r}; use e.g. 4096, 1M, 64M") from None
-    if value <= 0:
-        raise ConfigError(f"size must be positive, got {text!r}")
-    return int(value * mult)
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -211,6 +198,7 @@ def _row(args, op: str, impl: str, g: SecureGroup, n: int, rank: int, numel: int
         "segments_sealed_per_rank": delta["segments_sealed"] / it,
         "segments_opened_per_rank": delta["segments_opened"] / it,
         "crypto_busy_us_per_rank": delta["busy_seconds"] / it * 1e6,
+        "bytes_sealed_per_rank": delta["bytes_sealed"] / it, "bytes_opened_per_rank": delta["bytes_opened"] / it,
         "control_seals_per_rank": delta["control_seals"] / it,
         "tag_granularity": tag_granularity(g.settings),
         "settings": g.settings.as_dict(), "iters": it, "warmup": args.warmup,
@@ -219,23 +207,7 @@ def _row(args, op: str, impl: str, g: SecureGroup, n: int, rank: int, numel: int
 
 
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ccddp bench collectives", description=__doc__.splitlines()[0],
-                                add_help=add_help)
-    p.add_argument("--sizes", default="1M,64M", help="comma list of buffer sizes, e.g. 1M,64M")
-    p.add_argument("--impl", default="gloo,ring,secure-naive,secure", help="comma list of implementations")
-    p.add_argument("--ops", default="all_reduce", help=f"comma list of {', '.join(OPS)}")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    p.add_argument("--algorithm", default="ring", choices=["ring", "tree"])
-    p.add_argument("--segment-mb", type=float, default=CommSettings().segment_bytes / (1 << 20),
-                   help="pipelining / tag unit of 'secure'")
-    p.add_argument("--tag", default="segment", choices=["segment", "message"])
-    p.add_argument("--chains", type=int, default=CommSettings().chains)
-    p.add_argument("--allgather", default="per-link", choices=["per-link", "group-key"])
-    p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds any rank may wait on a peer")
-    p.add_argument("--json", default=None, help="write results here (rank 0)")
-    return p
+    return build_collectives_parser(add_help)
 
 
 def validate(args: argparse.Namespace) -> None:

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info
-from ccddp.bench.train_options import PHASES, SCHEDULES, Variant, build_parser, check, variant_key  # noqa: F401
+from ccddp.bench.options import PHASES, SCHEDULES, Variant, build_parser, check, variant_key  # noqa: F401
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup
 from ccddp.comm.control import gather_json

@@ -1,8 +1,14 @@
 """The ``ccddp`` command line.
 
-Every module ``ccddp.cli.cmd_<name>`` defines ``register(subparsers)``, which adds its
-sub-command and sets ``func`` (called with the parsed arguments, returning an exit code).
-Adding a command is adding a module; nothing here needs to change.
+Every module ``ccddp.cli.cmd_<name>`` defines ``register(subparsers)``, which adds the
+sub-command ``<name>`` and sets ``func`` (called with the parsed arguments, returning an
+exit code). Adding a command is adding a module; nothing here needs to change.
+
+The command line answers fast: importing a ``cmd_`` module must not import torch (a
+command imports what it needs inside the function that runs it), and a module that
+defines ``SUMMARY`` (its one-line help) is registered only when its command is the one
+given, so ``ccddp --help`` and a mistyped command build no command's options at all.
+Every option's default is shown in ``--help``.
 """
 
 from __future__ import annotations
@@ -15,18 +21,58 @@ from pathlib import Path
 
 from ccddp.errors import CCDDPError, ConfigError
 
+DESCRIPTION = ("Confidential DDP training for PyTorch: every gradient exchange sealed with AES-GCM; "
+               "measure what that costs on this machine and predict it on GPUs.")
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ccddp",
-        description="Confidential DDP training: secure collectives, their measured and modelled cost.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout plus ``(default: X)`` after every option that has a default its
+    help does not state already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or text == argparse.SUPPRESS or "default" in text.lower()
+                or action.default in (None, False, argparse.SUPPRESS)):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """Every ccddp (sub)parser: defaults shown, one line on error."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def commands() -> dict[str, str]:
+    """Sub-command name -> module, sorted by name."""
     import ccddp.cli as pkg
 
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("cmd_"):
-            importlib.import_module(f"ccddp.cli.{info.name}").register(sub)
+    return {info.name.removeprefix("cmd_"): f"ccddp.cli.{info.name}"
+            for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name)
+            if info.name.startswith("cmd_")}
+
+
+def command_word(argv: list[str]) -> str | None:
+    """The sub-command ``argv`` names: its first word that is not an option (the top
+    level has no option that takes a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv`` (default: this process's arguments): the command it names is
+    registered in full; the others, when their module has a ``SUMMARY``, only by name."""
+    chosen = command_word(sys.argv[1:] if argv is None else argv)
+    parser = Parser(prog="ccddp", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    for name, module_name in commands().items():
+        module = importlib.import_module(module_name)
+        summary = getattr(module, "SUMMARY", None)
+        if name == chosen or summary is None:
+            module.register(sub)
+        else:
+            sub.add_parser(name, help=summary)
     return parser
 
 
@@ -42,7 +88,7 @@ def prepare_json_output(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         prepare_json_output(args)
         return int(args.func(args) or 0)

@@ -1,4 +1,5 @@
-"""``ccddp bench collectives``: nccl-tests style benchmark of every implementation."""
+"""``ccddp bench collectives``: nccl-tests style benchmark of every implementation;
+``ccddp bench channel``: the secure channel against raw AES-GCM."""
 
 from __future__ import annotations
 
@@ -10,14 +11,20 @@ import tempfile
 from ccddp.errors import ConfigError
 
 
-def register(sub) -> None:
-    from ccddp.bench.collectives import build_parser
+SUMMARY = "micro-benchmarks: secure collectives against gloo, the secure channel against raw AES-GCM"
+#: ``bench channel`` as part of ``bench collectives``: the AES-GCM rate of the additive floor.
+FLOOR_CHANNEL_BYTES, FLOOR_CHANNEL_REPS = 4 << 20, 20
 
-    bench = sub.add_parser("bench", help="measure collectives")
+
+def register(sub) -> None:
+    from ccddp.bench.options import build_collectives_parser
+
+    bench = sub.add_parser("bench", help=SUMMARY, description=SUMMARY)
     inner = bench.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
-    p = inner.add_parser("collectives", parents=[build_parser(add_help=False)],
+    parent = build_collectives_parser(add_help=False)
+    p = inner.add_parser("collectives", parents=[parent], description=parent.description,
                          help="time gloo / ring / secure-naive / secure collectives (nccl-tests table)")
-    p.add_argument("--world-size", type=int, default=2, help="local ranks to launch")
+    p.add_argument("--world-size", type=int, default=2, help="local ranks to launch (>= 2)")
     p.set_defaults(func=run)
     c = inner.add_parser("channel", help="secure channel seal/open vs raw AES-GCM on one thread; "
                                          "--device cuda: the GPU engine vs a device copy and OpenSSL")
@@ -32,26 +39,47 @@ def register(sub) -> None:
     c.set_defaults(func=run_channel)
 
 
+def aes_gcm_rate() -> dict:
+    """This machine's AES-GCM rate now, as ``bench channel`` measures it (one thread)."""
+    from ccddp.bench.channel import bench_channel
+
+    r = bench_channel(FLOOR_CHANNEL_BYTES, FLOOR_CHANNEL_REPS)
+    return {"bytes": r["bytes"], "reps": r["reps"], "seal_gbps": r["gbps"]["channel_seal"],
+            "open_gbps": r["gbps"]["channel_open"]}
+
+
 def run(args: argparse.Namespace) -> int:
     from ccddp.bench.collectives import validate
     from ccddp.bench.launch import torchrun
-    from ccddp.report.tables import collectives_table, print_table
+    from ccddp.report.tables import add_additive_floor, print_collectives
 
     validate(args)
     if args.world_size < 2:
         raise ConfigError(f"--world-size must be >= 2 (a collective needs a peer), got {args.world_size}")
     with tempfile.TemporaryDirectory() as tmp:
-        out = args.json or os.path.join(tmp, "result.json")
+        out = os.path.join(tmp, "result.json")
         forwarded = ["--sizes", args.sizes, "--impl", args.impl, "--ops", args.ops, "--dtype", args.dtype,
                      "--algorithm", args.algorithm, "--segment-mb", str(args.segment_mb), "--tag", args.tag,
                      "--chains", str(args.chains), "--allgather", args.allgather, "--iters", str(args.iters),
                      "--warmup", str(args.warmup), "--timeout", str(args.timeout), "--json", out]
+        # The AES-GCM rate of the floor, measured in this run (before the ranks start, so
+        # the measuring thread has a core to itself), and again after them: the rate
+        # used is the mean, and both are recorded.
+        before = aes_gcm_rate()
         torchrun("ccddp.bench.collectives", forwarded, nproc=args.world_size)
+        after = aes_gcm_rate()
         with open(out) as f:
             result = json.load(f)
+    aes = {**before, "seal_gbps": (before["seal_gbps"] + after["seal_gbps"]) / 2,
+           "open_gbps": (before["open_gbps"] + after["open_gbps"]) / 2, "before": before, "after": after}
     rows = result["rows"]
-    print_table(collectives_table(rows, title=f"ccddp bench collectives, world size {args.world_size}"))
+    ref = rows[0]["impl"] if rows else "gloo"
+    add_additive_floor(rows, aes, ref)
+    result["aes_gcm_rate"] = aes
+    print_collectives(rows, title=f"ccddp bench collectives, world size {args.world_size}", aes=aes)
     if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
         print(f"wrote {args.json}")
     return 1 if any(r["wrong"] for r in rows) else 0
 

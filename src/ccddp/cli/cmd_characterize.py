@@ -1,26 +1,53 @@
-"""``ccddp characterize``: reproduce the paper's characterization here, with a report."""
+"""``ccddp characterize``: the paper's characterization study on this machine, with a report."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 
 from ccddp.errors import ConfigError
 
+SUMMARY = "the main job: every workload CC-off and CC-on at several world sizes; results.json, figures, report.md"
+DESCRIPTION = (
+    "Measure what confidential computing costs DDP training on this machine, as the paper's "
+    "characterization study does: each workload runs CC-off and CC-on (the paper's naive "
+    "schedule and ccddp's pipelined one) at each world size. The variants of one workload and "
+    "world size take turns iteration by iteration in one launch, so every CC-on/CC-off ratio is "
+    "paired and comes with a 95 % interval. Writes OUT/results.json (every iteration), figures "
+    "and OUT/report.md; re-running on the same OUT resumes. --quick (3 workloads at 2 and 3 "
+    "ranks) takes about 10 minutes on a quiet 2-core machine; the full study takes hours.")
+
 
 def register(sub) -> None:
-    p = sub.add_parser("characterize", help="run every workload CC-off/CC-on at several world sizes; write "
-                                            "results.json, figures and report.md")
-    p.add_argument("--workloads", default=None, help="comma list (default: quick set, or all seven)")
-    p.add_argument("--world-sizes", default=None, help="comma list, e.g. 2,3,4")
-    p.add_argument("--schedules", default=None, help="CC-on schedules: naive,pipelined")
-    p.add_argument("--steps", type=int, default=None, help="measured iterations per run")
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("--size", default="default", choices=["default", "tiny"])
-    p.add_argument("--quick", action="store_true", help="3 workloads, world sizes 2,3, 2 steps: minutes")
+    from ccddp.bench.characterize import FULL, QUICK
+
+    def both(key: str, fmt=lambda v: ",".join(map(str, v)) if isinstance(v, list) else str(v)) -> str:
+        if QUICK[key] == FULL[key]:
+            return fmt(QUICK[key])
+        return f"{fmt(QUICK[key])} with --quick, else {fmt(FULL[key])}"
+
+    p = sub.add_parser("characterize", help=SUMMARY, description=DESCRIPTION)
+    p.add_argument("--out", required=True, help="output directory (re-run with the same one to resume)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"{', '.join(QUICK['workloads'])} with small per-rank batches at "
+                        f"{' and '.join(map(str, QUICK['world_sizes']))} ranks")
+    p.add_argument("--workloads", default=None,
+                   help=f"comma list (default: {','.join(QUICK['workloads'])} with --quick, else all "
+                        f"{len(FULL['workloads'])}: {','.join(FULL['workloads'])})")
+    p.add_argument("--world-sizes", default=None, help=f"comma list of ranks, each >= 2 (default: {both('world_sizes')})")
+    p.add_argument("--schedules", default=None, help=f"CC-on schedules, comma list (default: {both('schedules')})")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"measured iterations per variant; with --budget, the fewest (default: {both('steps')})")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="measuring time per launch after its warm-up; picks the number of iterations "
+                        f"(default: {both('budget_s', lambda v: f'{v:g} s' if v else 'none, exactly --steps')})")
+    p.add_argument("--warmup", type=int, default=None, help=f"warm-up iterations per variant (default: {both('warmup')})")
+    p.add_argument("--size", default="default", choices=["default", "tiny"],
+                   help="tiny: the same models with a few layers, for a fast check")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds any rank may wait on a peer")
-    p.add_argument("--no-projection", action="store_true", help="skip the performance-model projections")
-    p.add_argument("--out", required=True, help="output directory (re-run to resume)")
+    p.add_argument("--no-projection", action="store_true", help="skip the performance-model projections to GPUs")
     p.set_defaults(func=run)
 
 
@@ -38,41 +65,103 @@ def plan_from(args: argparse.Namespace):
     except ValueError:
         raise ConfigError(f"--world-sizes must be integers, got {args.world_sizes!r}") from None
     if any(n < 2 for n in world_sizes):
-        raise ConfigError("every world size must be >= 2 (CC-on needs a peer)")
+        raise ConfigError("every world size must be >= 2 (CC-on needs a peer to exchange gradients with)")
     schedules = args.schedules.split(",") if args.schedules else list(base["schedules"])
     for s in schedules:
         if s not in ("naive", "pipelined"):
             raise ConfigError(f"unknown schedule {s!r}; choose naive and/or pipelined")
     steps = args.steps if args.steps is not None else base["steps"]
     warmup = args.warmup if args.warmup is not None else base["warmup"]
+    budget = args.budget if args.budget is not None else base["budget_s"]
     if steps < 1 or warmup < 0:
         raise ConfigError("--steps must be >= 1 and --warmup >= 0")
-    return Plan(workloads, world_sizes, schedules, steps, warmup, args.size, args.quick)
+    if budget is not None and (budget <= 0 or warmup < 1):
+        raise ConfigError("--budget needs a positive number of seconds and --warmup >= 1 (the warm-up times it)")
+    return Plan(workloads, world_sizes, schedules, steps, warmup, args.size, args.quick, budget)
+
+
+def group_line(data: dict, plan, workload: str, ws: int) -> str:
+    """What one finished launch measured, in one line: each CC-on schedule over CC-off."""
+    from ccddp.report.results import Results
+    from ccddp.report.stats import ratio_text
+
+    res = Results(data)
+    parts = []
+    for s in plan.schedules:
+        c = res.comparison(workload, ws, s)
+        parts.append(f"{s}/off {ratio_text(c)}" if c else f"{s}/off failed")
+    rounds = [len(Results.round_ms(r)) for r in res.runs
+              if res.is_ok(r) and r.get("workload") == workload and r.get("world_size") == ws]
+    return ", ".join(parts) + (f"; {max(rounds)} rounds" if rounds else "")
+
+
+class PlainProgress:
+    """One line per event, for logs, pipes and CI (no terminal to redraw a bar on)."""
+
+    def __init__(self, plan, stream=None) -> None:
+        self.plan, self.stream = plan, stream or sys.stdout
+        self.t0 = self.started = time.monotonic()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def __call__(self, done: int, total: int, workload: str, ws: int, data: dict | None) -> None:
+        now = time.monotonic()
+        head = f"characterize [{done + (data is None)}/{total}] {workload}, {ws} ranks:"
+        if data is None:
+            self.started = now
+            line = f"{head} started ({_clock(now - self.t0)} elapsed)"
+        else:
+            line = f"{head} done in {now - self.started:.0f} s; {group_line(data, self.plan, workload, ws)}"
+        print(line, file=self.stream, flush=True)
+
+
+class BarProgress(PlainProgress):
+    """A progress bar on a terminal, with the same one-line results printed above it."""
+
+    def __enter__(self):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                            TimeElapsedColumn())
+        self.bar.__enter__()
+        self.task = self.bar.add_task("characterize", total=None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def __call__(self, done: int, total: int, workload: str, ws: int, data: dict | None) -> None:
+        self.bar.update(self.task, completed=done, total=total,
+                        description=f"characterize: {workload}, {ws} ranks" if data is None else "characterize")
+        if data is None:
+            self.started = time.monotonic()
+        else:
+            self.bar.console.print(f"{workload}, {ws} ranks: done in {time.monotonic() - self.started:.0f} s; "
+                                   f"{group_line(data, self.plan, workload, ws)}", highlight=False)
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}:{s:02d}"
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ccddp.bench.characterize import characterize
 
     plan = plan_from(args)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn()) as bar:
-        task = bar.add_task("characterize", total=None)
-
-        def progress(i, total, what):
-            bar.update(task, completed=i, total=total, description=f"characterize: {what}")
-
+    progress = BarProgress(plan) if sys.stdout.isatty() else PlainProgress(plan)
+    with progress:
         data = characterize(plan, args.out, timeout_s=args.timeout, progress=progress,
                             project=not args.no_projection)
     failed = [r for r in data["runs"] if r["status"] != "ok"]
-    try:
-        from ccddp.report.markdown import write_report
-    except ImportError:
-        write_report = None
-    if write_report is not None:
-        report = write_report(os.path.join(args.out, "results.json"), args.out)
-        print(f"report: {report}")
+    from ccddp.report.markdown import write_report
+
+    report = write_report(os.path.join(args.out, "results.json"), args.out)
+    print(f"report: {report}")
     print(f"results: {os.path.join(args.out, 'results.json')} ({len(data['runs']) - len(failed)} runs ok, "
           f"{len(failed)} failed)")
     for r in failed:

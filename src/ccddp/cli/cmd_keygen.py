@@ -20,13 +20,16 @@ from pathlib import Path
 from ccddp.errors import ConfigError
 
 
+SUMMARY = "create identity keys and the allowlist for authenticated key establishment"
+
+
 def register(sub) -> None:
-    p = sub.add_parser("keygen", help="create identity keys and the allowlist for authenticated key establishment",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser("keygen", help=SUMMARY, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="ccddp-keys", help="directory for the key files (created, mode 0700)")
     p.add_argument("--count", type=int, default=None, help="identities to create (default: 1, or one per --names)")
-    p.add_argument("--names", default=None, help="comma list of identity names (default rank0, rank1, ...)")
-    p.add_argument("--allowlist", default=None, help="allowlist file to create or extend (default OUT/allowlist.json)")
+    p.add_argument("--names", default=None, help="comma list of identity names (default: rank0, rank1, ...)")
+    p.add_argument("--allowlist", default=None,
+                   help="allowlist file to create or extend (default: OUT/allowlist.json)")
     p.add_argument("--bind-ranks", action="store_true", help="identity i may only be used by rank i")
     p.add_argument("--force", action="store_true", help="overwrite existing key files")
     p.set_defaults(func=run)

@@ -19,12 +19,15 @@ from ccddp.errors import ConfigError
 RESULTS_NAME = "results.json"
 
 
+SUMMARY = "write report.md and figures from the results.json of ccddp characterize"
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "report", help="write report.md and figures from a characterize results.json",
-        description="Regenerate DIR/report.md and DIR/figures/*.png|svg (paper Figs. 6, "
-                    "8a/8b, 9a/9b, 10, 11 and model projections) from DIR/results.json "
-                    "written by `ccddp characterize`.")
+        "report", help=SUMMARY,
+        description="Regenerate DIR/report.md and DIR/figures/*.png|svg (the paper's Figs. 6, "
+                    "8a/8b, 9a/9b, 10, 11, with 95 % intervals, and model projections) from "
+                    "DIR/results.json written by `ccddp characterize`. Nothing is measured again.")
     p.add_argument("dir", metavar="DIR",
                    help=f"directory holding {RESULTS_NAME} (or the path of a results file)")
     p.set_defaults(func=run)

@@ -17,12 +17,13 @@ import time
 
 from ccddp.errors import CCDDPError, ConfigError
 
+SUMMARY = "attack the secure collectives of local ranks on this machine and show that every attack is caught"
+
 
 def register(sub) -> None:
     from ccddp.bench.selftest import build_parser
 
-    p = sub.add_parser("selftest", parents=[build_parser(add_help=False)],
-                       help="run every attack of the adversarial link against real secure collectives",
+    p = sub.add_parser("selftest", parents=[build_parser(add_help=False)], help=SUMMARY,
                        description="Launch N local ranks, run every attack of the adversarial link layer against "
                                    "secure all-reduce, reduce-scatter, all-gather, broadcast (and a DDP step), and "
                                    "print attack / collective / expected / observed / passed. Exit status 0 only "

@@ -1,4 +1,4 @@
-"""``ccddp train``: DDP training CC-off or CC-on, launched through torchrun."""
+"""``ccddp train``: DDP training CC-off and/or CC-on, launched through torchrun."""
 
 from __future__ import annotations
 
@@ -10,27 +10,31 @@ import tempfile
 from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE
 from ccddp.errors import ConfigError
 
+SUMMARY = "train a workload CC-off and/or CC-on and time every phase; --cc off,on compares them in turns"
+
 
 def register(sub) -> None:
-    from ccddp.bench.train import build_parser
+    from ccddp.bench.options import build_parser
 
-    p = sub.add_parser("train", parents=[build_parser(add_help=False)],
-                       help="train a workload CC-off or CC-on and time every phase")
-    p.add_argument("--world-size", type=int, default=2, help="local ranks to launch (per node)")
-    p.add_argument("--nnodes", type=int, default=1, help="torchrun --nnodes (run one ccddp train per node)")
-    p.add_argument("--node-rank", type=int, default=0)
-    p.add_argument("--master-port", type=int, default=None, help="rendezvous port (needed with --nnodes > 1)")
+    parent = build_parser(add_help=False)
+    p = sub.add_parser("train", parents=[parent], help=SUMMARY, description=parent.description)
+    p.add_argument("--world-size", type=int, default=2, help="local ranks to launch on this node")
+    p.add_argument("--nnodes", type=int, default=1, help="nodes (run one ccddp train on each)")
+    p.add_argument("--node-rank", type=int, default=0, help="this node's index, 0 .. nnodes-1")
+    p.add_argument("--master-port", type=int, default=None,
+                   help="rendezvous port on node 0, the same on every node (needed with --nnodes > 1)")
     p.set_defaults(func=run)
 
 
 def forwarded_args(args: argparse.Namespace, json_path: str) -> list[str]:
     out = ["--workload", args.workload, "--size", args.size, "--cc", args.cc, "--schedule", args.schedule,
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed), "--lr", str(args.lr),
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--alternate", args.alternate,
+           "--block", str(args.block), "--seed", str(args.seed), "--lr", str(args.lr),
            "--segment-mb", str(args.segment_mb), "--chains", str(args.chains), "--tag", args.tag,
            "--timeout", str(args.timeout), "--json", json_path]
     for flag, value in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
                         ("--image-size", args.image_size), ("--dtype", args.dtype),
-                        ("--bucket-cap-mb", args.bucket_cap_mb)):
+                        ("--bucket-cap-mb", args.bucket_cap_mb), ("--budget", args.budget)):
         if value is not None:
             out += [flag, str(value)]
     return out
@@ -38,22 +42,28 @@ def forwarded_args(args: argparse.Namespace, json_path: str) -> list[str]:
 
 def check_request(args: argparse.Namespace) -> None:
     """Fail before launching anything when the request cannot work here."""
-    from ccddp.bench.train import workload_from
     from ccddp.bench.memory import check_fits
+    from ccddp.bench.options import check
+    from ccddp.bench.train import workload_from
 
+    variants = check(args)
     if args.world_size < 1 or args.nnodes < 1:
         raise ConfigError("--world-size and --nnodes must be >= 1")
-    if args.cc == "on" and args.world_size * args.nnodes < 2:
-        raise ConfigError("CC-on training needs at least 2 ranks: use --world-size 2 or more")
-    if args.steps < 1 or args.warmup < 0:
-        raise ConfigError("--steps must be >= 1 and --warmup >= 0")
+    if args.world_size * args.nnodes < 2:
+        what = "CC-on training needs" if any(v.cc == "on" for v in variants) else "DDP training needs"
+        raise ConfigError(f"{what} at least 2 ranks to exchange gradients: use --world-size 2 or more")
     if args.nnodes > 1 and args.master_port is None:
         raise ConfigError("with --nnodes > 1 give every node the same --master-port")
-    if args.nnodes > 1 and args.cc == "on" and not (os.environ.get(ENV_SECRET) or os.environ.get(ENV_SECRET_FILE)):
+    if args.nnodes > 1 and any(v.cc == "on" for v in variants) and \
+            not (os.environ.get(ENV_SECRET) or os.environ.get(ENV_SECRET_FILE)):
         raise ConfigError(f"with --nnodes > 1 every node needs the same group secret: set {ENV_SECRET} "
                           f"or {ENV_SECRET_FILE} on each node")
-    check_fits(workload_from(args), args.world_size, args.world_size * args.nnodes,
-               args.schedule if args.cc == "on" else None)
+    if args.budget is not None and args.warmup < 1:
+        raise ConfigError("--budget needs --warmup >= 1: the warm-up times the budget")
+    wl = workload_from(args)
+    # Variants that do not fit together take turns one model at a time: each must fit alone.
+    for v in variants:
+        check_fits(wl, args.world_size, args.world_size * args.nnodes, v.schedule)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,32 +72,62 @@ def run(args: argparse.Namespace) -> int:
     check_request(args)
     with tempfile.TemporaryDirectory() as tmp:
         out = args.json or os.path.join(tmp, "train.json")
+        timeout = args.timeout * 4 + 600 + 2 * (args.budget or 0)
         torchrun("ccddp.bench.train", forwarded_args(args, out), nproc=args.world_size, nnodes=args.nnodes,
-                 node_rank=args.node_rank, master_port=args.master_port, timeout_s=args.timeout * 4 + 600)
+                 node_rank=args.node_rank, master_port=args.master_port, timeout_s=timeout)
         if args.node_rank == 0 and os.path.exists(out):
             with open(out) as f:
                 result = json.load(f)
-            print_summary(result)
+            print_summary(result.get("runs", [result]))
     if args.json and args.node_rank == 0:
         print(f"wrote {args.json}")
     return 0
 
 
-def print_summary(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def print_summary(results: list[dict]) -> None:
+    """One variant: every iteration; several: each variant's medians and the paired ratios."""
+    from ccddp.bench.options import PHASES
+    from ccddp.report.tables import Col, print_rows
 
-    from ccddp.bench.train import PHASES
+    first = results[0]
+    head = f"{first['workload']}, world size {first['world_size']}"
+    phases = ("total_ms",) + PHASES + ("crypto_busy_ms",)
+    if len(results) == 1:
+        cols = [Col("step", lambda it: f"{it['step']}{' (warm-up)' if it['warmup'] else ''}")]
+        cols += [Col(_header(k), lambda it, k=k: f"{it[k]:.1f}", drop=len(phases) - i)
+                 for i, k in enumerate(phases) if k != "total_ms"]
+        cols.insert(1, Col("total (ms)", lambda it: f"{it['total_ms']:.1f}"))
+        print_rows(cols, first["iterations"], title=f"{head}, {first['variant']}")
+    else:
+        _print_comparison(results, head, phases)
+    for r in results:
+        print(f"{r['variant']}: all-reduce calls/iter {r['allreduce_calls_per_iteration']}, seals/rank "
+              f"{r['seals_per_rank']}, opens/rank {r['opens_per_rank']}, broadcast seals/iter "
+              f"{r['broadcast_seals_per_iteration']}, bounce seals/iter {r['bounce_seals_per_iteration']}, "
+              f"params sha256 {r['param_sha256'][:16]}…")
 
-    t = Table(title=f"{result['workload']} cc={result['cc']} world size {result['world_size']}"
-                    + (f" schedule {result['schedule']}" if result["schedule"] else ""))
-    t.add_column("step", justify="right")
-    for col in ("total_ms",) + PHASES + ("crypto_busy_ms",):
-        t.add_column(col.removesuffix("_ms").replace("_", " ") + " (ms)", justify="right")
-    for it in result["iterations"]:
-        t.add_row(f"{it['step']}{' (warm-up)' if it['warmup'] else ''}",
-                  *(f"{it[c]:.1f}" for c in ("total_ms",) + PHASES + ("crypto_busy_ms",)))
-    Console(width=160).print(t)
-    print(f"all-reduce calls/iter {result['allreduce_calls_per_iteration']}, seals/rank {result['seals_per_rank']}, "
-          f"opens/rank {result['opens_per_rank']}, broadcast seals/iter {result['broadcast_seals_per_iteration']}, "
-          f"bounce seals/iter {result['bounce_seals_per_iteration']}, params sha256 {result['param_sha256'][:16]}…")
+
+def _header(key: str) -> str:
+    return key.removesuffix("_ms").replace("_", " ") + " (ms)"
+
+
+def _print_comparison(results: list[dict], head: str, phases: tuple[str, ...]) -> None:
+    from ccddp.report.results import round_ms
+    from ccddp.report.stats import METHOD, median_interval, paired_ratio, ratio_text
+    from ccddp.report.tables import Col, print_rows
+
+    def total(r: dict) -> str:
+        iv = median_interval([it["total_ms"] for it in r["iterations"] if not it["warmup"]])
+        return f"{iv.estimate:.1f}" + (f" ({iv.low:.0f}–{iv.high:.0f})" if iv.known else "")
+
+    base = results[0]
+    rows = [{**r, "ratio": None if r is base else paired_ratio(round_ms(r), round_ms(base))} for r in results]
+    cols = [Col("variant", lambda r: r["variant"], "left"), Col("measured", lambda r: str(r["steps"])),
+            Col("total (ms), 95 % interval", total),
+            Col(f"/ {base['variant']} ¹", lambda r: "1" if r["ratio"] is None else ratio_text(r["ratio"]))]
+    cols += [Col(_header(k), lambda r, k=k: f"{r['summary'][k]:.1f}", drop=len(phases) - i)
+             for i, k in enumerate(phases) if k != "total_ms"]
+    how = base["pairing"]["alternation"]
+    print_rows(cols, rows, title=f"{head}: variants in turns ({'one iteration' if how == 'iteration' else 'blocks'} "
+                                 f"each), medians over measured iterations",
+               notes=[f"¹ {METHOD}; not the ratio of the medians in the total column."])

@@ -199,16 +199,8 @@ class Results:
 
     @staticmethod
     def round_ms(run: Mapping[str, Any]) -> dict[int, float]:
-        """Measured time per iteration on rank 0 by round (a round's median when it ran
-        a block of iterations); empty for results without rounds."""
-        by_round: dict[int, list[float]] = {}
-        for it in run["result"].get("iterations") or []:
-            if not isinstance(it, Mapping) or it.get("warmup"):
-                continue
-            r, t = it.get("round"), _number(it.get("total_ms"))
-            if isinstance(r, int) and not isinstance(r, bool) and t is not None:
-                by_round.setdefault(r, []).append(t)
-        return {r: statistics.median(ts) for r, ts in by_round.items()}
+        """:func:`round_ms` of an ok run's result."""
+        return round_ms(run["result"])
 
     def time_interval(self, workload: str, world_size: int, cc: str,
                       schedule: str | None = None) -> Interval | None:
@@ -278,6 +270,19 @@ class Results:
         return out
 
 
+def round_ms(result: Mapping[str, Any]) -> dict[int, float]:
+    """Measured time per iteration on rank 0 of a train result, by round (a round's median
+    when it ran a block of iterations); empty for results without rounds."""
+    by_round: dict[int, list[float]] = {}
+    for it in result.get("iterations") or []:
+        if not isinstance(it, Mapping) or it.get("warmup"):
+            continue
+        r, t = it.get("round"), _number(it.get("total_ms"))
+        if isinstance(r, int) and not isinstance(r, bool) and t is not None:
+            by_round.setdefault(r, []).append(t)
+    return {r: statistics.median(ts) for r, ts in by_round.items()}
+
+
 def _launch(run: Mapping[str, Any]) -> str | None:
     """The id of the launch whose variants took turns (absent in older results)."""
     pairing = run["result"].get("pairing")
@@ -292,4 +297,4 @@ def _unique(items: Iterable) -> list:
     return out
 
 
-__all__ = ["SCHEMA", "PHASES", "PAPER_ORDER", "SCHEDULE_ORDER", "load_results", "Results"]
+__all__ = ["SCHEMA", "PHASES", "PAPER_ORDER", "SCHEDULE_ORDER", "load_results", "round_ms", "Results"]

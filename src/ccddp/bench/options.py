@@ -1,8 +1,8 @@
-"""What a training measurement is asked to do: the ``ccddp train`` command line and the
-variants (CC-off, CC-on with a schedule) it compares.
+"""Command lines of the measuring commands: ``ccddp train`` (and the variants, CC-off and
+CC-on with a schedule, it compares) and ``ccddp bench collectives``.
 
 Nothing here imports torch, so ``ccddp train --help`` and a mistyped option answer at
-once; :mod:`ccddp.bench.train` runs what this describes.
+once; :mod:`ccddp.bench.train` and :mod:`ccddp.bench.collectives` run what these describe.
 
 Example::
 
@@ -24,9 +24,12 @@ PHASES = ("data_ms", "bounce_ms", "forward_ms", "backward_ms", "exposed_comm_ms"
 #: How variants take turns: one iteration each, or (when their models do not fit in memory
 #: together) a block of iterations each, the model rebuilt for every block.
 ALTERNATIONS = ("auto", "iteration", "block")
-#: The secure collectives' own pipelining segment (MiB), used when --segment-mb is not given.
-#: A test checks it against ``CommSettings``, which this module cannot import without torch.
+#: The secure collectives' own pipelining segment (MiB), the default of --segment-mb. A
+#: test checks it against ``CommSettings``, which this module cannot import without torch.
 DEFAULT_SEGMENT_MB = 4.0
+#: ``ccddp bench collectives``: operations and element types it can time.
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+DTYPE_NAMES = ("bfloat16", "float16", "float32")
 
 
 @dataclass(frozen=True)
@@ -131,3 +134,47 @@ def check(args: argparse.Namespace) -> list[Variant]:
     if args.block < 1:
         raise ConfigError("--block must be >= 1")
     return variants
+
+
+# -- ccddp bench collectives ---------------------------------------------------------------------
+
+def parse_size(text: str) -> int:
+    """``64M`` -> 67108864 bytes (K, M, G are powers of 1024)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if t[-1:] in "KMG" else t)
+    except ValueError:
+        raise ConfigError(f"cannot read size {text!r}; use e.g. 4096, 1M, 64M") from None
+    if value <= 0:
+        raise ConfigError(f"size must be positive, got {text!r}")
+    return int(value * mult)
+
+
+def build_collectives_parser(add_help: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ccddp bench collectives", add_help=add_help,
+        description="Time each collective implementation nccl-tests style: gloo (torch.distributed's "
+                    "own, plaintext), ring (plaintext ring), secure-naive (the paper's emulation: seal "
+                    "whole chunks) and secure (pipelined AES-GCM ring). The implementations take turns "
+                    "call by call; every result is checked; each row shows its paired ratio to the first "
+                    "implementation and, for secure rows, the additive floor: the first's time plus the "
+                    "row's AES-GCM bytes at this machine's measured rate.")
+    p.add_argument("--sizes", default="1M,64M", help="comma list of buffer sizes, e.g. 1M,64M")
+    p.add_argument("--impl", default="gloo,ring,secure-naive,secure",
+                   help="comma list of implementations; the first is the reference of the ratio columns")
+    p.add_argument("--ops", default="all_reduce", help=f"comma list of {', '.join(OPS)}")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES, help="element type")
+    p.add_argument("--algorithm", default="ring", choices=["ring", "tree"], help="secure/ring algorithm")
+    p.add_argument("--segment-mb", type=float, default=DEFAULT_SEGMENT_MB,
+                   help="pipelining and tag unit of 'secure', MiB")
+    p.add_argument("--tag", default="segment", choices=["segment", "message"],
+                   help="one authentication tag per segment or per ring message")
+    p.add_argument("--chains", type=int, default=0, help="crypto threads per rank (0: CPU cores / local ranks)")
+    p.add_argument("--allgather", default="per-link", choices=["per-link", "group-key"],
+                   help="all-gather keys: per link, or one group key (ciphertext forwarded)")
+    p.add_argument("--iters", type=int, default=10, help="measured calls per implementation and size")
+    p.add_argument("--warmup", type=int, default=2, help="calls before measuring")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds any rank may wait on a peer")
+    p.add_argument("--json", default=None, help="write the rows here")
+    return p
