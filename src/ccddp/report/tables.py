@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -63,11 +64,12 @@ def fit(cols: Sequence[Col], rows: Sequence[dict], width: int | None) -> tuple[l
     return kept, dropped
 
 
-def make_table(cols: Sequence[Col], rows: Sequence[dict], title: str = "") -> Table:
+def make_table(cols: Sequence[Col], rows: Sequence[dict], title: str = "", fitted: bool = False) -> Table:
+    """The rows as a rich table; ``fitted``: every column exactly as wide as its widest
+    cell (headers wrap at spaces), as :func:`fit` counted."""
     t = Table(title=title, show_lines=False)
     for c in cols:
-        # min_width: rich shrinks columns to fit; a cell never shrinks below its text.
-        t.add_column(c.header, justify=c.justify, min_width=max(len(c.cell(r)) for r in rows) if rows else None)
+        t.add_column(c.header, justify=c.justify, width=_width(c, rows) if fitted else None)
     for r in rows:
         t.add_row(*(c.cell(r) for c in cols))
     return t
@@ -87,14 +89,14 @@ def print_rows(cols: Sequence[Col], rows: Sequence[dict], *, title: str = "", no
     stream = stream or sys.stdout
     width = width if width is not None else terminal_width(stream)
     kept, dropped = fit(cols, rows, width)
-    table = make_table(kept, rows, title)
+    table = make_table(kept, rows, title, fitted=width is not None)
     _console(table, width, stream).print(table)
     lines = list(notes)
     if dropped:
         lines.append(f"Left out to fit {width} columns: {', '.join(c.header for c in dropped)} "
                      "(a wider terminal or --json shows them).")
     for line in lines:
-        print(line, file=stream)
+        print(textwrap.fill(line, width, subsequent_indent="  ") if width else line, file=stream)
 
 
 def print_table(table: Table, width: int | None = None, stream=None) -> None:
