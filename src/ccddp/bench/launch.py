@@ -3,6 +3,12 @@
 Commands that "launch N local ranks themselves" call :func:`torchrun`; the same worker
 modules run unchanged under a user's own multi-node ``torchrun``.
 
+An interrupted command (Ctrl-C, SIGTERM, SIGHUP, or the launch's own timeout) ends every
+rank before it returns: torchrun runs in a session of its own, so the command decides how
+it stops -- SIGTERM to torchrun, which passes it to every rank's process group (the ranks
+leave SIGTERM at its default and exit at once), then SIGKILL to torchrun and every rank
+still alive after a grace period.
+
 Example::
 
     torchrun("ccddp.bench.collectives_worker", ["--sizes", "1M"], nproc=2)
@@ -10,11 +16,16 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+
+import psutil
 
 from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE, GroupSecret
 from ccddp.errors import CCDDPError
@@ -47,10 +58,62 @@ def torchrun(module: str, args: list[str], nproc: int, *, timeout_s: float = 360
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
            f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
            "--max-restarts=0", "-m", module, *args]
-    proc = subprocess.run(cmd, env=env or job_env(), timeout=timeout_s, text=True,
-                          stdout=None if not quiet else subprocess.PIPE, stderr=subprocess.PIPE)
+    with _signals_as_interrupt():
+        proc = subprocess.Popen(cmd, env=env or job_env(), text=True, start_new_session=True,
+                                stdout=None if not quiet else subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            _, stderr = proc.communicate(timeout=timeout_s)
+        except BaseException:  # Ctrl-C, SIGTERM, the timeout: no rank may outlive this call
+            stop(proc)
+            raise
     if proc.returncode != 0:
-        raise CCDDPError(f"{module} failed on {nproc} ranks: {reason(proc.stderr)}")
+        raise CCDDPError(f"{module} failed on {nproc} ranks: {reason(stderr)}")
+
+
+#: Seconds torchrun and the ranks get to exit after SIGTERM before they are killed.
+GRACE_S = 3.0
+
+
+def stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """End torchrun ``proc`` and every process it started (the ranks run in sessions of
+    their own, so they are found as its descendants); returns when all are gone."""
+    try:
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        ranks = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    # communicate, not wait: torchrun may write to a full pipe while it shuts down.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=grace_s)
+    _, alive = psutil.wait_procs(ranks, timeout=grace_s if proc.poll() is None else 0.5)
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=grace_s)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _signals_as_interrupt():
+    """SIGTERM and SIGHUP end the command like Ctrl-C does (with its clean-up), not at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def reason(stderr: str) -> str:
