@@ -1,3 +1,18 @@
+"""Test selection: every test is marked ``unit``, ``multiprocess`` or ``soak``, automatically.
+
+- ``soak``: modules named ``test_soak*`` (long repetition on real ranks);
+- ``multiprocess``: a test that starts processes -- it, a fixture it uses, or a function of
+  its module it calls (transitively) uses ``run_ranks``/``spawn`` (the rank helpers),
+  ``subprocess``, ``multiprocessing``, ``torchrun``, or runs a ``ccddp`` command that
+  launches ranks through the in-process CLI (``main(["train", ...])``);
+- ``unit``: everything else (one process, seconds).
+
+A test may carry one of these marks itself; then it is left as it is. Run
+``pytest -m unit`` for the fast tests, ``pytest -m "not soak"`` to skip the soak.
+"""
+
+import ast
+import functools
 import os
 import sys
 
@@ -10,3 +25,64 @@ sys.path.insert(0, os.path.dirname(__file__))
 from ccddp.crypto.device import interpreting  # noqa: E402
 
 interpreting()
+
+MARKS = {
+    "unit": "one process, no ranks: fast",
+    "multiprocess": "starts processes (ranks, torchrun, the ccddp command)",
+    "soak": "long repetition on real ranks",
+}
+#: Names whose use means "starts processes".
+SPAWNING_NAMES = {"run_ranks", "spawn", "torchrun", "subprocess", "multiprocessing", "mp", "Popen"}
+#: ccddp commands that launch ranks.
+LAUNCHING_COMMANDS = {"train", "bench", "characterize", "selftest", "calibrate"}
+
+
+def pytest_configure(config):
+    for name, text in MARKS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def _spawns_directly(node: ast.AST) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in SPAWNING_NAMES:
+            return True
+        if isinstance(n, ast.Attribute) and n.attr in {"Popen", "spawn", "start_processes"}:
+            return True
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in {"main", "cli_main"}
+                and n.args and isinstance(n.args[0], (ast.List, ast.Tuple)) and n.args[0].elts
+                and isinstance(n.args[0].elts[0], ast.Constant) and n.args[0].elts[0].value in LAUNCHING_COMMANDS):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _spawning_functions(path: str) -> frozenset[str]:
+    """Names of the module's functions (tests, fixtures, helpers) that start processes,
+    directly or through another function of the module."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    defs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    calls = {name: {x.id for x in ast.walk(node) if isinstance(x, ast.Name) and x.id in defs}
+             for name, node in defs.items()}
+    spawning = {name for name, node in defs.items() if _spawns_directly(node)}
+    grew = True
+    while grew:
+        more = {name for name, used in calls.items() if used & spawning} - spawning
+        spawning |= more
+        grew = bool(more)
+    return frozenset(spawning)
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        if any(item.get_closest_marker(m) for m in MARKS):
+            continue
+        path = str(item.fspath)
+        if os.path.basename(path).startswith("test_soak"):
+            item.add_marker(pytest.mark.soak)
+            continue
+        spawning = _spawning_functions(path)
+        names = {getattr(item, "originalname", item.name)} | set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.multiprocess if names & spawning else pytest.mark.unit)
