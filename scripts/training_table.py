@@ -4,8 +4,10 @@ Usage::
 
     python scripts/training_table.py benchmarks/training/zen5 [--json table.json]
 
-Takes directories or files of ``ccddp train --json`` results, e.g. the output of
-``scripts/validation_runs.py --shapes default``; see ``ccddp.report.training_runs``.
+Takes directories or files of ``ccddp train --json`` results: comparisons of variants
+measured in turns (``--cc off,on``: paired ratios with 95 % intervals) or single runs,
+e.g. the output of ``scripts/validation_runs.py --shapes default`` (ratios of medians,
+no interval); see ``ccddp.report.training_runs``.
 """
 
 from __future__ import annotations

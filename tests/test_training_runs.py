@@ -1,5 +1,6 @@
-"""The CC-on/CC-off run table: grouping by configuration, per-variant medians, both
-ratios (plain and forward-normalized), and the script that prints it from JSON files."""
+"""The CC-on/CC-off run table: grouping by configuration, per-variant medians, the paired
+ratio of variants measured in turns (with its interval), the ratios of medians (plain and
+forward-normalized), and the script that prints it from JSON files."""
 
 from __future__ import annotations
 
@@ -62,13 +63,45 @@ def test_configurations_are_kept_apart_and_need_a_cc_off_run():
 
 def test_markdown_table_has_one_line_per_configuration_and_dashes_for_missing_schedules():
     lines = markdown_table(compare_runs([result("off", 1000, 200), result("on", 1100, 200, crypto=42)]))
-    assert len(lines) == 3 and lines[0].count("|") == lines[2].count("|")
+    assert len(lines) == 5 and lines[0].count("|") == lines[2].count("|")
+    assert lines[4].startswith("¹ Variants that took turns in one launch: the median of per-round ratios")
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
     assert cells[:5] == ["bert-base", "2", "batch_size=4, seq_len=128, dtype=float32", "1",
                          "1000 (1000)"]
     assert cells[5] == "-" and cells[6] == "1100 (1100)"      # naive missing, pipelined there
-    assert cells[7:11] == ["-", "-", "1.10", "1.10"]
-    assert cells[11:13] == ["-", "42"]                        # crypto busy ms per schedule
+    assert cells[7:13] == ["-", "-", "-", "-", "1.10×", "1.10×"]  # not in turns: no paired ratio
+    assert cells[13:15] == ["-", "42"]                        # crypto busy ms per schedule
+    # A ratio of medians below 1 has no interval: never shown as a speed-up.
+    lines = markdown_table(compare_runs([result("off", 1000, 200), result("on", 950, 200)]))
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[11:13] == ["no measurable difference", "no measurable difference"]
+
+
+def _in_turns(launch: str, off: list[float], on: list[float]) -> list[dict]:
+    """CC-off and CC-on results of one launch in which they took turns, round by round."""
+    out = []
+    for cc, times in (("off", off), ("on", on)):
+        r = result(cc, sorted(times)[len(times) // 2], 200)
+        r["pairing"] = {"launch": launch, "alternation": "iteration", "variants": ["off", "on:pipelined"]}
+        r["iterations"] = [{"round": i, "warmup": False, "total_ms": t} for i, t in enumerate(times)]
+        out.append(r)
+    return out
+
+
+def test_runs_in_turns_give_a_paired_ratio_with_its_interval_pooled_over_launches():
+    # Two launches of 5 rounds; the machine's speed changes from round to round (and 2x
+    # between launches), CC-on costs 10 % in every round.
+    a_off = [1000, 1400, 900, 1200, 1100]
+    b_off = [2000, 2100, 1900, 2500, 2300]
+    runs = _in_turns("a", a_off, [1.1 * t for t in a_off]) + _in_turns("b", b_off, [1.1 * t for t in b_off])
+    [row] = compare_runs(runs)
+    p = row["variants"]["pipelined"]["paired"]
+    assert p["pairs"] == 10 and p["estimate"] == pytest.approx(1.1)
+    assert p["low"] == pytest.approx(1.1) and p["high"] == pytest.approx(1.1)
+    # Runs of another launch than CC-off's are not paired with it.
+    stray = _in_turns("c", a_off, a_off)[1]
+    [row] = compare_runs(_in_turns("a", a_off, a_off)[:1] + [stray])
+    assert row["variants"]["pipelined"]["paired"] is None
 
 
 def test_script_prints_the_table_and_writes_json(tmp_path):

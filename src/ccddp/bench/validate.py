@@ -41,6 +41,7 @@ from typing import Any, Iterable
 from ccddp.errors import ConfigError
 
 TRAIN_SCHEMA = "ccddp.train/1"
+COMPARE_SCHEMA = "ccddp.train.compare/1"   # several variants of one launch: {"runs": [TRAIN_SCHEMA, ...]}
 CHARACTERIZE_SCHEMA = "ccddp.characterize/1"
 SCHEMA = "ccddp.validate/1"
 #: issue #5: CC-on iteration time within 20 %, CC-on/CC-off ratio within 10 %.
@@ -67,6 +68,8 @@ def _read(path: str) -> list[dict]:
     schema = data.get("schema")
     if schema == TRAIN_SCHEMA:
         return [{**data, "source": path}]
+    if schema == COMPARE_SCHEMA:
+        return [{**r, "source": f"{path}#{r.get('variant')}"} for r in data.get("runs", [])]
     if schema == CHARACTERIZE_SCHEMA:
         return [{**r["result"], "source": f"{path}#{r['key']}"} for r in data.get("runs", [])
                 if r.get("status") == "ok" and r.get("result")]
@@ -85,7 +88,7 @@ def load_runs(paths: Iterable[str]) -> list[dict]:
             found = _read(p)
             if not found:
                 raise ConfigError(f"{p} is not a `ccddp train --json` or `ccddp characterize` "
-                                  f"result (schema {TRAIN_SCHEMA} or {CHARACTERIZE_SCHEMA})")
+                                  f"result (schema {TRAIN_SCHEMA}, {COMPARE_SCHEMA} or {CHARACTERIZE_SCHEMA})")
             runs += found
     if not runs:
         raise ConfigError("no measured training results found in " + ", ".join(map(str, paths)))
