@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -56,3 +57,7 @@ def test_interrupted_sweep_leaves_valid_results_and_resumes(tmp_path):
     for key, sha in first.items():
         assert next(r for r in data["runs"] if r["key"] == key)["result"]["param_sha256"] == sha
     assert (out / "report.md").exists()
+    # Off a terminal, progress is one plain line per event (started / done, with ratios).
+    done = [ln for ln in stdout.splitlines() if re.match(r"characterize \[\d/\d\] \S+, 2 ranks: done in \d+ s; "
+                                                        r"pipelined/off ", ln)]
+    assert done and "\x1b" not in stdout and "━" not in stdout, stdout

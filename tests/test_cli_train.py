@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -102,3 +103,49 @@ torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
     assert "local rank 1" in line and "SIGKILL" in line and "out-of-memory" in line, line
     # A ccddp error on another rank still wins: it says what went wrong first.
     assert reason(stderr + "[rank0]: ccddp: error: rank 0: ConfigError: x\n").startswith("ccddp: error: rank 0")
+
+
+def test_cc_off_and_on_take_turns_in_one_launch_and_print_paired_ratios(tmp_path):
+    out = tmp_path / "cmp.json"
+    r = _ccddp("train", "--workload", "graphsage", "--size", "tiny", "--cc", "off,on", "--schedule", "naive,pipelined",
+               "--world-size", "2", "--steps", "6", "--warmup", "1", "--timeout", "60", "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["schema"] == "ccddp.train.compare/1"
+    runs = {run["variant"]: run for run in data["runs"]}
+    assert list(runs) == ["off", "on:naive", "on:pipelined"]
+    launch = {run["pairing"]["launch"] for run in runs.values()}
+    assert len(launch) == 1 and all(run["pairing"]["alternation"] == "iteration" for run in runs.values())
+    # Every iteration is kept; each round runs each variant once, the order rotating.
+    for run in runs.values():
+        assert [it["round"] for it in run["iterations"]] == [None] + list(range(6))
+        assert run["steps"] == 6
+    for rnd in range(6):
+        order = sorted(runs, key=lambda v: next(it["start_ms"] for it in runs[v]["iterations"] if it["round"] == rnd))
+        assert order == list(runs)[rnd % 3:] + list(runs)[:rnd % 3], (rnd, order)
+    # Same start, same batches, own random streams: bit-identical training at 2 ranks.
+    assert len({run["param_sha256"] for run in runs.values()}) == 1
+    assert runs["on:pipelined"]["seals_per_rank"] == 2 * runs["on:pipelined"]["allreduce_calls_per_iteration"]
+    # The summary pairs them; 6 rounds give each ratio a 95 % interval.
+    lines = r.stdout.splitlines()
+    for variant in ("on:naive", "on:pipelined"):
+        row = next(ln for ln in lines if ln.lstrip("│ ").startswith(variant))
+        assert re.search(r"(\d\.\d\d× |no measurable difference )\(\d\.\d\d–\d\.\d\d\)", row), row
+    assert any(ln.startswith("¹ median of per-round ratios") for ln in lines)
+
+
+def test_variants_that_take_turns_in_blocks_rebuild_their_model_every_round(tmp_path):
+    out = tmp_path / "blocks.json"
+    r = _ccddp("train", "--workload", "graphsage", "--size", "tiny", "--cc", "off,on", "--world-size", "2",
+               "--alternate", "block", "--block", "2", "--steps", "4", "--warmup", "1", "--timeout", "60",
+               "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    off, on = json.loads(out.read_text())["runs"]
+    for run in (off, on):
+        assert run["pairing"]["alternation"] == "block" and run["pairing"]["rounds"] == 2
+        # Each round: a fresh model, its warm-up, then a block of 2 measured iterations.
+        assert [it["round"] for it in run["iterations"]] == [None, 0, 0, None, 1, 1]
+    # Round 1 of CC-on came first (turns rotate), after CC-off's round 0.
+    start = {(run["variant"], it["round"]): it["start_ms"] for run in (off, on) for it in run["iterations"]
+             if it["round"] is not None}
+    assert start[("off", 0)] < start[("on:pipelined", 0)] < start[("on:pipelined", 1)] < start[("off", 1)]

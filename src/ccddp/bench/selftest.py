@@ -728,8 +728,8 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--attacks", default=",".join(ATTACKS),
                    help=f"comma list of {', '.join(ATTACKS)} (the setup takes {', '.join(SETUP_ATTACKS)})")
     p.add_argument("--collectives", default=None,
-                   help=f"comma list of {', '.join(COLLECTIVES)} (default: all; ddp_step if ccddp.ddp is built; "
-                        "setup: the messages that set a secure group up)")
+                   help=f"comma list of {', '.join(COLLECTIVES)} (default: all of them; setup: the messages "
+                        "that set a secure group up)")
     p.add_argument("--impl", default="secure", choices=["secure", "secure-naive"])
     p.add_argument("--timeout", type=float, default=10.0, help="seconds a rank may wait on a peer")
     p.add_argument("--stall-timeout", type=float, default=2.0,

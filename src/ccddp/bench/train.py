@@ -84,8 +84,8 @@ class Trainer:
     """One variant's model, optimizer and input bounce path on this rank, and the record
     of every iteration it ran."""
 
-    def __init__(self, args: argparse.Namespace, variant: Variant, wl) -> None:
-        self.args, self.variant, self.wl = args, variant, wl
+    def __init__(self, args: argparse.Namespace, variant: Variant, wl, origin: float) -> None:
+        self.args, self.variant, self.wl, self.origin = args, variant, wl, origin
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.settings = settings_from(args, variant)
         # Every variant starts from the same parameters and sees the same batches.
@@ -150,7 +150,8 @@ class Trainer:
         bnc = CryptoCounters.diff(bounce.counters.snapshot(), bounce_before) if bounce else None
         busy = grads["busy_seconds"] + sync["busy_seconds"] + (bnc["busy_seconds"] if bnc else 0.0)
         self.iterations.append({
-            "step": step, "warmup": round_ is None, "round": round_, "total_ms": (t5 - t0) * 1e3,
+            "step": step, "warmup": round_ is None, "round": round_, "start_ms": (t0 - self.origin) * 1e3,
+            "total_ms": (t5 - t0) * 1e3,
             "data_ms": (t1 - t0) * 1e3, "bounce_ms": (t2 - t1) * 1e3, "forward_ms": (t3 - t2) * 1e3,
             "backward_ms": (state.last_bucket_ready - t3) * 1e3, "exposed_comm_ms": (t4 - state.last_bucket_ready) * 1e3,
             "optimizer_ms": (t5 - t4) * 1e3, "crypto_busy_ms": busy * 1e3,
@@ -203,7 +204,8 @@ def measured_rounds(args: argparse.Namespace, round_seconds: float, group: Secur
 def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
                  group: SecureGroup) -> tuple[list[Trainer], dict]:
     """Every variant alive at once; each round runs one iteration of each, in turns."""
-    trainers = [Trainer(args, v, wl) for v in variants]
+    origin = time.perf_counter()
+    trainers = [Trainer(args, v, wl, origin) for v in variants]
     last_round = 0.0
     for step in range(args.warmup):
         t0 = time.perf_counter()
@@ -222,11 +224,12 @@ def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tupl
     """One model at a time: each round builds each variant in turn, warms it up and runs
     a block of --block measured iterations."""
     rounds = -(-args.steps // args.block)
+    origin = time.perf_counter()
     done: dict[Variant, Trainer] = {}
     shas: dict[Variant, str] = {}
     for r in range(rounds):
         for v in in_turns(variants, r):
-            t = Trainer(args, v, wl)
+            t = Trainer(args, v, wl, origin)
             for step in range(args.warmup):
                 t.step(step, None)
             for i in range(args.block):

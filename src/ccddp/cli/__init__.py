@@ -37,12 +37,23 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+class SubCommands(argparse._SubParsersAction):
+    """Sub-commands whose ``--help`` opens with their one-line help when they give no
+    description of their own."""
+
+    def add_parser(self, name, **kwargs):
+        if kwargs.get("help") and not kwargs.get("description"):
+            kwargs["description"] = kwargs["help"][:1].upper() + kwargs["help"][1:] + "."
+        return super().add_parser(name, **kwargs)
+
+
 class Parser(argparse.ArgumentParser):
-    """Every ccddp (sub)parser: defaults shown, one line on error."""
+    """Every ccddp (sub)parser: defaults shown, sub-commands described."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        self.register("action", "parsers", SubCommands)
 
 
 def commands() -> dict[str, str]:
