@@ -58,6 +58,7 @@ def test_markdown_table_shows_runs_and_bold_medians():
     assert "| 2 | 64 MiB | 3 | 100 / 200 / 110 |" in lines[2]
     assert "1.25 / 1.12 / 1.18 (**1.18**)" in lines[2]
     assert "| 4 | 1 MiB | 1 | 10 | – | 11 |" in lines[3] and lines[3].endswith("| – |")
+    assert lines[-1].startswith("(paired): per run, the median over iterations")
 
 
 def test_other_files_are_refused(tmp_path):

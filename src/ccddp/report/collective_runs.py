@@ -94,7 +94,7 @@ def markdown_table(rows: list[dict], impls: Sequence[str] = ("gloo", "ring", "se
                    pairs: Sequence[tuple[str, str]] = PAIRS) -> list[str]:
     """Markdown lines: world size, size, runs, each implementation's median time by run
     (us) and CPU per rank by run (ms), and each pair's paired ratio by run with its
-    median in bold."""
+    median in bold; a footnote under the table says what a paired ratio is."""
     names = [f"{a}/{b}" for a, b in pairs]
     head = (["world size", "size", "runs"] + [f"{i} us" for i in impls] + [f"{i} CPU ms/rank" for i in impls]
             + [f"{n} (paired)" for n in names])
@@ -108,7 +108,11 @@ def markdown_table(rows: list[dict], impls: Sequence[str] = ("gloo", "ring", "se
             p = r["paired"].get(n)
             cells.append(f"{_runs(p['by_run'], fmt='{:.2f}')} (**{p['median']:.2f}**)" if p else "–")
         lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    return lines + ["", PAIRED_FOOTNOTE]
 
+
+PAIRED_FOOTNOTE = ("(paired): per run, the median over iterations of one implementation's time / the "
+                   "other's in the same iteration (they took turns call by call), so it differs from the "
+                   "ratio of the medians in the us columns; bold: the median over runs.")
 
 __all__ = ["PAIRS", "load_results", "summarize", "markdown_table"]
