@@ -128,6 +128,8 @@ def make_results(workloads=("graphsage", "resnet50", "gpt2-xl"), world_sizes=(2,
                          "paper_allreduce_calls": WORKLOADS[wl][2]} for wl in workloads},
         "runs": runs,
         "projections": proj,
+        "aes_gcm_rates": [{"bytes": 4 << 20, "reps": 20, "seal_gbps": 3.81, "open_gbps": 3.52,
+                           "date": "2026-01-01T00:00:00+00:00"}],
     }
 
 
@@ -295,7 +297,7 @@ def test_report_states_provenance_shapes_and_failures(report_dir):
     md = (d / "report.md").read_text()
     for text in ("Test CPU @ 2GHz", "2.13.0+cpu", "50.0.0", "measured", "projected",
                  "bfloat16", "memory: 12.5 GB per rank", "gpt2-xl/ws3/cc-on/naive",
-                 "out of memory"):
+                 "out of memory", "seal 3.81 GB/s, open 3.52 GB/s"):
         assert text in md, text
     # Figures are embedded with paths relative to report.md, and exist.
     for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):

@@ -16,7 +16,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from ccddp.bench.machine import machine_info
+from ccddp.bench.machine import aes_gcm_rate, machine_info
 from ccddp.bench.options import variant_key
 from ccddp.errors import CCDDPError, ConfigError
 
@@ -168,6 +168,8 @@ def characterize(plan: Plan, out_dir: str, *, timeout_s: float = 600.0, progress
     path = os.path.join(out_dir, "results.json")
     data = load(path) or new_results(plan)
     data["config"] = plan.as_dict()
+    # CC-on cost on CPU ranks follows the AES-GCM rate: record it for every session of runs.
+    data.setdefault("aes_gcm_rates", []).append(aes_gcm_rate())
     missing = [w for w in plan.workloads if w not in data["buckets"]]
     if missing:
         data["buckets"].update(bucket_summary(missing))

@@ -12,8 +12,6 @@ from ccddp.errors import ConfigError
 
 
 SUMMARY = "micro-benchmarks: secure collectives against gloo, the secure channel against raw AES-GCM"
-#: ``bench channel`` as part of ``bench collectives``: the AES-GCM rate of the additive floor.
-FLOOR_CHANNEL_BYTES, FLOOR_CHANNEL_REPS = 4 << 20, 20
 
 
 def register(sub) -> None:
@@ -39,18 +37,10 @@ def register(sub) -> None:
     c.set_defaults(func=run_channel)
 
 
-def aes_gcm_rate() -> dict:
-    """This machine's AES-GCM rate now, as ``bench channel`` measures it (one thread)."""
-    from ccddp.bench.channel import bench_channel
-
-    r = bench_channel(FLOOR_CHANNEL_BYTES, FLOOR_CHANNEL_REPS)
-    return {"bytes": r["bytes"], "reps": r["reps"], "seal_gbps": r["gbps"]["channel_seal"],
-            "open_gbps": r["gbps"]["channel_open"]}
-
-
 def run(args: argparse.Namespace) -> int:
     from ccddp.bench.collectives import validate
     from ccddp.bench.launch import torchrun
+    from ccddp.bench.machine import aes_gcm_rate
     from ccddp.report.tables import add_additive_floor, print_collectives
 
     validate(args)

@@ -143,6 +143,15 @@ def _provenance(res: Results, drawn: set[str]) -> list[str]:
         f"- The ranks share {cores if cores else 'the'} CPU cores: compute and crypto compete "
         f"for them, as they would not on separate GPUs. Compare ratios and trends with the "
         f"paper, not absolute times.")
+    rates = [r for r in res.data.get("aes_gcm_rates") or [] if isinstance(r, Mapping)
+             and all(isinstance(r.get(k), (int, float)) for k in ("seal_gbps", "open_gbps"))]
+    if rates:
+        lines.append(
+            "- CC-on cost on CPU ranks follows the CPU's AES-GCM rate. Measured on this machine "
+            "(one thread, the secure channel, as `ccddp bench channel`) when the runs started: "
+            + "; ".join(f"seal {r['seal_gbps']:.2f} GB/s, open {r['open_gbps']:.2f} GB/s"
+                        + (f" ({r['date']})" if r.get("date") else "") for r in rates)
+            + (f"; AES instructions: {', '.join(m['aes_flags'])}" if m.get("aes_flags") else "") + ".")
     return lines + [""]
 
 
