@@ -168,13 +168,13 @@ def characterize(plan: Plan, out_dir: str, *, timeout_s: float = 600.0, progress
     path = os.path.join(out_dir, "results.json")
     data = load(path) or new_results(plan)
     data["config"] = plan.as_dict()
-    # CC-on cost on CPU ranks follows the AES-GCM rate: record it for every session of runs.
-    data.setdefault("aes_gcm_rates", []).append(aes_gcm_rate())
     missing = [w for w in plan.workloads if w not in data["buckets"]]
     if missing:
         data["buckets"].update(bucket_summary(missing))
     save(path, data)
     todo = pending(data, plan)
+    if todo:  # CC-on cost on CPU ranks follows the AES-GCM rate: record it for every session of runs
+        data.setdefault("aes_gcm_rates", []).append(aes_gcm_rate())
     for i, (workload, ws) in enumerate(todo):
         if progress:
             progress(i, len(todo), workload, ws, None)
