@@ -11,7 +11,7 @@ still alive after a grace period.
 
 Example::
 
-    torchrun("ccddp.bench.collectives_worker", ["--sizes", "1M"], nproc=2)
+    torchrun("ccddp.bench.collectives", ["--sizes", "1M"], nproc=2)
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def torchrun(module: str, args: list[str], nproc: int, *, timeout_s: float = 360
             stop(proc)
             raise
     if proc.returncode != 0:
-        raise CCDDPError(f"{module} failed on {nproc} ranks: {reason(stderr)}")
+        raise CCDDPError(f"the run on {nproc} local ranks failed: {reason(stderr)}")
 
 
 #: Seconds torchrun and the ranks get to exit after SIGTERM before they are killed.
