@@ -163,9 +163,10 @@ def _train_hostile_rank(rank, n, marker):
     payload = torch.frombuffer(bytearray(_payload(marker)), dtype=torch.uint8)
 
     def rewrite(kind, tensors):
-        for t in tensors:
-            if t.dtype == torch.uint8 and t.numel() >= payload.numel():
-                t[:payload.numel()] = payload
+        for t in tensors:  # as much of the pickle as the message holds (all of it when it fits)
+            if t.dtype == torch.uint8:
+                k = min(t.numel(), payload.numel())
+                t[:k] = payload[:k]
 
     host = HostileHost(rewrite).install()
     orig_step, steps = torch.optim.SGD.step, [0]

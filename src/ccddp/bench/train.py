@@ -263,6 +263,15 @@ def measure(args: argparse.Namespace, variants: list[Variant]) -> list[dict]:
     return [result_of(args, wl, t, [r[t.variant.label] for r in per_rank], how, labels) for t in trainers]
 
 
+def train(args: argparse.Namespace) -> dict:
+    """The result of the one variant ``args`` names (``--cc on`` or ``off``, one schedule)."""
+    variants = check(args)
+    if len(variants) != 1:
+        raise ConfigError(f"train() measures one variant; --cc {args.cc} --schedule {args.schedule} names "
+                          f"{len(variants)}: use measure()")
+    return measure(args, variants)[0]
+
+
 def result_of(args: argparse.Namespace, wl, t: Trainer, per_rank: list[list[float]], how: dict,
               labels: list[str]) -> dict:
     iterations = t.iterations
