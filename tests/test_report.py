@@ -381,3 +381,20 @@ def test_cli_user_errors_are_one_line(tmp_path, capsys, content, message):
 def test_cli_missing_directory(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope")]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_characterize_table_script_puts_runs_side_by_side(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(make_results(workloads=("resnet50",))))
+    script = Path(__file__).resolve().parents[1] / "scripts" / "characterize_table.py"
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "a"), str(tmp_path / "b")],
+                       capture_output=True, text=True, check=True)
+    lines = p.stdout.splitlines()
+    assert lines[0].endswith("| intervals overlap |") and len(lines) == 2 + 4  # 2 sizes x 2 schedules
+    row = next(ln for ln in lines if ln.startswith("| resnet50 | 2 | pipelined |"))
+    assert row.count("no measurable difference (") == 2 and row.endswith("| yes |")
