@@ -10,7 +10,6 @@ on the same DIR keeps what is there and runs only what is missing or failed.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import tempfile
