@@ -96,3 +96,17 @@ def test_fidelity_command_writes_json_and_markdown(tmp_path, capsys):
     assert data["schema"] == "ccddp.fidelity/1" and len(data["rows"]) == len(PUBLISHED) + len(TRENDS)
     assert md.read_text().startswith("| source | where | number |")
     assert "Held out:" in capsys.readouterr().out
+
+
+def test_report_renders_the_fidelity_table_from_results(tmp_path):
+    """`ccddp report` shows the fidelity rows a results file carries (characterize
+    stores them beside its projections); a file without them gets no section."""
+    from ccddp.bench.characterize import fidelity
+    from ccddp.report.markdown import render
+    from ccddp.report.results import SCHEMA, Results
+
+    data = {"schema": SCHEMA, "fidelity": fidelity()}
+    md = render(Results(data), {}, tmp_path)
+    assert "## Model fidelity" in md and "| paper | Sec. VI-A | GraphSAGE CC-on/CC-off" in md
+    assert "Held out:" in md
+    assert "Model fidelity" not in render(Results({"schema": SCHEMA}), {}, tmp_path)

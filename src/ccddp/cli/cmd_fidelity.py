@@ -28,37 +28,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _num(x: float) -> str:
-    return f"{x:.4g}" if abs(x) < 10 else f"{x:,.1f}" if abs(x) < 1000 else f"{x:,.0f}"
-
-
-def markdown(rows: list[dict], summary: dict) -> str:
-    """The fidelity table (and trends) as GitHub markdown."""
-    out = ["| source | where | number | published | predicted | role | error |",
-           "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["role"] == "trend":
-            continue
-        role = r["role"] + (f" ({r['fits']})" if r["fits"] else "")
-        err = f"{r['error']:+.1%}" + (" (in band)" if r["band"] and r["error"] == 0 else "")
-        out.append(f"| {r['source']} | {r['where']} | {r['what']} | {_num(r['published'])} | "
-                   f"{_num(r['predicted'])} | {role} | {err} |")
-    out += ["", "| source | where | trend | model |", "|---|---|---|---|"]
-    out += [f"| {r['source']} | {r['where']} | {r['what']} | "
-            f"{'holds' if r['holds'] else 'WRONG SIGN'} |" for r in rows if r["role"] == "trend"]
-    out += ["", f"Held out: {summary['held_out']} numbers, median absolute error "
-                f"{summary['held_out_median_abs_error']:.1%} ({summary['held_out_times']} "
-                f"times and shares only: {summary['held_out_times_median_abs_error']:.1%}); "
-                f"{summary['held_out_within_20pct']} within 20 %. Trends: "
-                f"{summary['trends_holding']} of {summary['trends']} hold."]
-    return "\n".join(out) + "\n"
-
-
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from ccddp.cli.cmd_simulate import console, write_json
     from ccddp.errors import ConfigError
+    from ccddp.report.fidelity import fmt_number, fidelity_lines, summary_line
     from ccddp.sim.fidelity import evaluate, summary
 
     rows = evaluate()
@@ -70,22 +45,22 @@ def run(args: argparse.Namespace) -> int:
                      else "left")
     for r in rows:
         if r["role"] != "trend":
-            t.add_row(r["source"], r["where"], r["what"], _num(r["published"]),
-                      _num(r["predicted"]), r["role"], f"{r['error']:+.1%}")
+            t.add_row(r["source"], r["where"], r["what"], fmt_number(r["published"]),
+                      fmt_number(r["predicted"]), r["role"], f"{r['error']:+.1%}")
     out = console()
     out.print(t)
     for r in rows:
         if r["role"] == "trend":
             out.print(f"trend ({r['source']}, {r['where']}): {r['what']}: "
                       f"{'holds' if r['holds'] else 'WRONG SIGN'}")
-    out.print(markdown([], s).strip().splitlines()[-1])
+    out.print(summary_line(s))
     if args.json:
         write_json(args.json, {"schema": "ccddp.fidelity/1", "summary": s, "rows": rows})
         print(f"wrote {args.json}")
     if args.markdown:
         try:
             with open(args.markdown, "w", encoding="utf-8") as f:
-                f.write(markdown(rows, s))
+                f.write("\n".join(fidelity_lines(rows, s)) + "\n")
         except OSError as e:
             raise ConfigError(f"cannot write {args.markdown}: {e.strerror}") from None
         print(f"wrote {args.markdown}")
