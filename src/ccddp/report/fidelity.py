@@ -14,7 +14,7 @@ from typing import Any
 
 
 def fmt_number(x: float) -> str:
-    return f"{x:.4g}" if abs(x) < 10 else f"{x:,.1f}" if abs(x) < 1000 else f"{x:,.0f}"
+    return f"{x:.4g}" if abs(x) < 10000 else f"{x:,.0f}"
 
 
 def fidelity_lines(rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
