@@ -13,7 +13,8 @@ Example::
     hw = load_profile("paper-h100")
     outside_envelope(hw, Schedule("pipelined", chains=1024), n=8)
     # ['chains 1024 > 64, the most any measurement or fit behind paper-h100 used']
-    rests_on(hw, wl, Schedule("naive"), n=8)    # [('mac_chains', 0.47), ...]
+    rests_on(hw, lambda h: predict(h, wl, Schedule("naive"), 8)["cc_on_ms"])
+    # [('dec_gbps', 0.07), ...]: the assumed fields the time moves with, and how much
 """
 
 from __future__ import annotations
@@ -49,10 +50,6 @@ def outside_envelope(hw: Any, sched: Any, n: int) -> list[str]:
                 hw.field(field).source is not Source.MEASURED:
             out.append(f"{setting} rests on {field}, which nothing measured for {hw.name}")
     return out
-
-
-def inside(hw: Any, sched: Any, n: int) -> bool:
-    return not outside_envelope(hw, sched, n)
 
 
 def security_tradeoff(sched: Any) -> str | None:
@@ -110,4 +107,4 @@ def rests_on(hw: Any, predict_ms, *, threshold: float = 0.05,
     return sorted(out, key=lambda t: -t[1])
 
 
-__all__ = ["outside_envelope", "inside", "security_tradeoff", "rests_on"]
+__all__ = ["outside_envelope", "security_tradeoff", "rests_on"]

@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ccddp.sim.catalog import NAMES, catalog_workload
+from ccddp.sim.catalog import NAMES, catalog_workload, entry
 from ccddp.sim.predict import predict
 from ccddp.sim.profile import FieldValue, Source, load_profile
 from ccddp.sim.schedule import Schedule
@@ -539,11 +539,12 @@ def fit_paper(hw=None, *, rounds: int = 12) -> dict[str, Any]:
             wls = {k: dict(v) for k, v in workloads.items()}
             wls["graphsage"]["data_ms"] = d
             return wls
-        x, _ = _solve(lambda d: residual("input-share.graphsage.2", hw, with_data(d)), 0.0, 50.0)
+        x, ok = _solve(lambda d: residual("input-share.graphsage.2", hw, with_data(d)),
+                       0.0, 50.0)
         workloads = with_data(x)
+        if not ok:
+            at_bound.add("graphsage data_ms")
         # GPT2-XL's compute follows GPT2-Large's by forward FLOPs (no own runtime).
-        from ccddp.sim.catalog import entry
-
         ratio = entry("gpt2-xl")["forward_flops_per_sample"] / \
             entry("gpt2-large")["forward_flops_per_sample"]
         f = workloads["gpt2-large"]["forward_ms"] * ratio
