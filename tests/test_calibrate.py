@@ -181,3 +181,23 @@ def test_calibrate_user_errors(tmp_path, capsys):
     assert main(["calibrate", "--out", str(tmp_path / "x.toml"), "--world-size", "1"]) == 2
     err = capsys.readouterr().err
     assert "ccddp: error:" in err and "Traceback" not in err
+
+
+def test_a_device_sweep_fills_the_same_crypto_fields():
+    """A GPU engine's sweep in calibrate's row format (bytes, seal_s, open_s; chains,
+    gbps) turns a GPU profile's assumed crypto into measured values with their errors."""
+    from ccddp.bench.calibrate_fit import crypto_records
+
+    sizes = [64 << 10, 1 << 20, 16 << 20, 64 << 20]
+    rows = [{"bytes": b, "seal_s": 8e-6 + b / 200e9 * (1 + 0.01 * (-1) ** i),
+             "open_s": 9e-6 + b / 180e9} for i, b in enumerate(sizes)]
+    chains = {"rows": [{"chains": c, "gbps": 50.0 * min(c, 64) ** 0.5} for c in (1, 64, 256)]}
+    rec = crypto_records(crypto_lines(rows), sizes, chains, how="CUDA engine, one GPU",
+                         chains_are_threads=False)
+    hw = load_profile("h100-cc").replace(**rec)
+    assert hw.enc_gbps == pytest.approx(200, rel=0.02) and hw.dec_gbps == pytest.approx(180, rel=1e-3)
+    assert hw.crypto_op_us == pytest.approx(8.5, rel=0.05)
+    assert hw.field("enc_gbps").stderr > 0 and hw.field("dec_gbps").stderr < 1e-6
+    assert hw.envelope_chains == 256 and hw.envelope_min_bytes == 64 << 10
+    assert not {"enc_gbps", "dec_gbps", "crypto_op_us"} & set(hw.assumed())
+    assert not hw.chains_scale_enc

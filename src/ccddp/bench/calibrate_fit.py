@@ -106,12 +106,14 @@ def crypto_lines(rows: list[dict]) -> dict[str, float]:
 
 
 def crypto_records(lines: dict[str, float], sizes: list[int], chains: dict | None, *,
-                   how: str, soft: float = 1.0) -> dict[str, FieldValue]:
+                   how: str, soft: float = 1.0,
+                   chains_are_threads: bool = True) -> dict[str, FieldValue]:
     """The crypto fields of a profile from a fitted sweep (``lines``: :func:`crypto_lines`;
     ``sizes``: the sweep's message sizes; ``chains``: the chain sweep, rows of ``chains``
     and ``gbps``). ``soft``: the model's own contention factor at the measured ranks,
     divided out (rates measured with every rank busy). Serves a CPU calibration and,
-    fed a device's sweep in the same format, a GPU one."""
+    fed a device's sweep in the same format (``chains_are_threads=False``: a GPU's chains
+    are GHASH chains beside a device-wide CTR), a GPU one."""
     seal_fixed, open_fixed = lines["seal_fixed_us"] / soft, lines["open_fixed_us"] / soft
     fixed_se = math.hypot(lines["seal_fixed_us_se"], lines["open_fixed_us_se"]) / 2 / soft
     sweep = ", ".join(f"{s // KIB} KiB" for s in sizes)
@@ -135,8 +137,9 @@ def crypto_records(lines: dict[str, float], sizes: list[int], chains: dict | Non
         rates = ", ".join(f"{r['chains']}: {r['gbps']:.2f}" for r in rows)
         rec["envelope_chains"] = M(top, f"most threads of the chain sweep sealing at once "
                                    f"(chains: GB/s {rates})")
-        rec["chains_scale_enc"] = D(True, f"chains are threads running whole AES-GCM; "
-                                    f"{top} at once seal {scaling:.2f}x one")
+        if chains_are_threads:
+            rec["chains_scale_enc"] = D(True, f"chains are threads running whole AES-GCM; "
+                                        f"{top} at once seal {scaling:.2f}x one")
     return rec
 
 
