@@ -201,3 +201,28 @@ def test_a_device_sweep_fills_the_same_crypto_fields():
     assert hw.envelope_chains == 256 and hw.envelope_min_bytes == 64 << 10
     assert not {"enc_gbps", "dec_gbps", "crypto_op_us"} & set(hw.assumed())
     assert not hw.chains_scale_enc
+
+
+def test_calibrate_fills_a_gpu_profile_from_device_channel_results(tmp_path, capsys):
+    """`ccddp calibrate --device-sweep` turns `ccddp bench channel --device cuda --json`
+    results at several sizes into a GPU profile whose crypto is measured (no GPU here:
+    results in that format, written by hand)."""
+    paths = []
+    for b in (1 << 20, 16 << 20, 64 << 20):
+        res = {"bytes": b, "device": "cuda:0", "rows": {
+            "seal": {"median_s": 20e-6 + b / 150e9, "gbps": b / (20e-6 + b / 150e9) / 1e9},
+            "open": {"median_s": 22e-6 + b / 140e9, "gbps": 0.0},
+            "seal_pad": {"median_s": 0.0, "gbps": 900.0}}}
+        p = tmp_path / f"ch{b}.json"
+        p.write_text(json.dumps(res))
+        paths.append(str(p))
+    out = tmp_path / "h100-measured.toml"
+    assert main(["calibrate", "--device-sweep", *paths, "--base", "h100-cc", "--out",
+                 str(out)]) == 0
+    hw = load_profile(str(out))
+    assert hw.name == "h100-cc" and hw.device_link == "fenced"
+    assert hw.enc_gbps == pytest.approx(150, rel=1e-3) and hw.crypto_op_us == pytest.approx(21, rel=1e-3)
+    assert hw.xor_gbps == 900 and hw.envelope_max_bytes == 64 << 20
+    assert not {"enc_gbps", "dec_gbps", "crypto_op_us", "xor_gbps"} & set(hw.assumed())
+    assert main(["calibrate", "--device-sweep", paths[0], "--out", str(out)]) == 2
+    assert "two or more sizes" in capsys.readouterr().err

@@ -143,6 +143,33 @@ def crypto_records(lines: dict[str, float], sizes: list[int], chains: dict | Non
     return rec
 
 
+def device_profile(base, results: list[dict], *, device: str = "cuda") -> dict:
+    """A device profile's records with its crypto measured: ``base`` (a profile) with the
+    fields :func:`crypto_records` fills replaced, from ``ccddp bench channel --device
+    cuda --json`` results at two or more ``--size`` values (each gives the engine's seal
+    and open time at one size; the sizes give the line), and ``xor_gbps`` from the runs'
+    pre-computed-pad seals where they have them."""
+    from ccddp.errors import ConfigError
+
+    rows = sorted(({"bytes": int(r["bytes"]), "seal_s": float(r["rows"]["seal"]["median_s"]),
+                    "open_s": float(r["rows"]["open"]["median_s"])} for r in results),
+                  key=lambda r: r["bytes"])
+    sizes = sorted({r["bytes"] for r in rows})
+    if len(sizes) < 2:
+        raise ConfigError("a device sweep needs results at two or more sizes "
+                          "(ccddp bench channel --device cuda --size S --json ...)")
+    how = f"the {device} engine (ccddp bench channel --device {device})"
+    d = base.as_records()
+    d.update(crypto_records(crypto_lines(rows), sizes, None, how=how, chains_are_threads=False))
+    d["envelope_max_bytes"] = M(float(max(sizes)), f"largest size of the {device} sweep")
+    pads = [r for r in results if "seal_pad" in r.get("rows", {})]
+    if pads:
+        big = max(pads, key=lambda r: r["bytes"])
+        d["xor_gbps"] = M(round(float(big["rows"]["seal_pad"]["gbps"]), 3),
+                          f"seal with a pre-computed pad, {big['bytes'] // MIB} MiB, {how}")
+    return d
+
+
 def _launch_threads() -> int:
     """Compute threads of one rank as ``ccddp`` launches ranks (OMP_NUM_THREADS)."""
     from ccddp.bench.launch import job_env
@@ -444,6 +471,7 @@ def records_json(d: dict) -> dict:
     return {k: (v.as_dict() if isinstance(v, FieldValue) else v) for k, v in d.items()}
 
 
-__all__ = ["SCHEMA", "LineFit", "fit_line", "crypto_lines", "crypto_records", "build_profile",
+__all__ = ["SCHEMA", "LineFit", "fit_line", "crypto_lines", "crypto_records", "device_profile",
+           "build_profile",
            "fit_segment_overhead", "fit_link_rate", "fit_crypto_rate", "model_checks",
            "derive_profile", "records_json"]

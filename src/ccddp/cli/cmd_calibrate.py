@@ -36,7 +36,44 @@ def register(subparsers) -> None:
                    help="fewer sizes and repetitions (seconds, less accurate; for tests)")
     p.add_argument("--json", metavar="PATH",
                    help="also write every measurement and the model checks as JSON")
+    p.add_argument("--device-sweep", nargs="+", metavar="JSON",
+                   help="instead of measuring this host: fill a GPU profile's crypto fields "
+                        "from `ccddp bench channel --device cuda --size S --json` results at "
+                        "two or more sizes (with --base)")
+    p.add_argument("--base", default="h100-cc",
+                   help="with --device-sweep: the profile whose other fields are kept "
+                        "(default: h100-cc)")
     p.set_defaults(func=run)
+
+
+def run_device_sweep(args: argparse.Namespace) -> int:
+    from ccddp.bench.calibrate_fit import device_profile
+    from ccddp.sim.profile import load_profile, write_profile
+
+    results = []
+    for path in args.device_sweep:
+        try:
+            with open(path, encoding="utf-8") as f:
+                results.append(json.load(f))
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"cannot read {path}: {e}") from None
+    for path, r in zip(args.device_sweep, results):
+        if not isinstance(r, dict) or "seal" not in (r.get("rows") or {}):
+            raise ConfigError(f"{path} is not a `ccddp bench channel --device cuda --json` result")
+    base = load_profile(args.base)
+    d = device_profile(base, results)
+    d["name"] = args.name if args.name != "local" else base.name
+    try:
+        write_profile(d, args.out, header=[f"{d['name']}: {base.name} with its crypto measured "
+                                           f"by a device sweep ({len(results)} sizes)."])
+    except OSError as e:
+        raise ConfigError(f"cannot write {args.out}: {e.strerror}") from None
+    for key in ("crypto_op_us", "enc_gbps", "dec_gbps", "xor_gbps"):
+        rec = d[key]
+        print(f"{key} = {rec.value:g}" + (f" +- {rec.stderr:g}" if rec.stderr else "")
+              + f"  ({rec.source.value})")
+    print(f"wrote {args.out}")
+    return 0
 
 
 def _finite(x):
@@ -51,6 +88,10 @@ def _finite(x):
 
 
 def run(args: argparse.Namespace) -> int:
+    if not str(args.out).endswith(".toml"):
+        raise ConfigError(f"--out must name a .toml file, got {args.out!r}")
+    if args.device_sweep:
+        return run_device_sweep(args)
     from rich.console import Console
     from rich.table import Table
 
@@ -58,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
     from ccddp.bench.calibrate_fit import records_json
     from ccddp.sim.profile import write_profile
 
-    if not str(args.out).endswith(".toml"):
-        raise ConfigError(f"--out must name a .toml file, got {args.out!r}")
     err = Console(stderr=True)
     with err.status("calibrating") as status:
         result = calibrate(args.world_size, fast=args.fast, name=args.name,
