@@ -269,9 +269,11 @@ def schedule_from_run(run: dict):
     name = SIM_SCHEDULES[sched]
     if name == "pipelined" and st.get("allgather") == "group-key":
         name = "group-key-allgather"
+    # Pre-computed pads: keystream each link keeps ahead (the device engine's budget).
     return Schedule(name, algorithm=st.get("algorithm", "ring"),
                     segment_bytes=int(st.get("segment_bytes", 4 << 20)), chains=chains,
-                    tag=st.get("tag", "segment"))
+                    tag=st.get("tag", "segment"),
+                    pad_budget_bytes=float(st.get("pad_budget_bytes") or 0))
 
 
 # -- the comparison ----------------------------------------------------------------------
