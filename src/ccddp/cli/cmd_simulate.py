@@ -71,9 +71,9 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tag", choices=TAGS, default="segment",
                    help="one tag per segment, or per chunk message")
     p.add_argument("--mac-batch", type=int, default=1,
-                   help="segments per tag (batched MAC, seed 002; model only)")
+                   help="segments per tag (batched MAC; model only)")
     p.add_argument("--pad-budget-mb", type=float, default=0.0,
-                   help="pre-computed pad bytes per peer in MiB (seed 002; 0 = off)")
+                   help="pre-computed pad bytes per peer in MiB (0 = off)")
 
 
 def register(subparsers) -> None:

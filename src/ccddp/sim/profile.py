@@ -17,7 +17,7 @@ Example::
 
     hw = load_profile("h100-cc")
     hw.link_gbps                       # 370.0 (GB/s per direction)
-    hw.field("cc_exchange_toll_us").source   # Source.MEASURED (seed 003)
+    hw.field("cc_exchange_toll_us").source   # Source.MEASURED (production CC)
     hw.assumed()                       # names of the fields nothing measured
     faster = hw.replace(enc_gbps=2 * hw.enc_gbps)
     write_profile(faster.as_records(), "/tmp/mine.toml")
