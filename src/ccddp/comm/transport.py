@@ -5,6 +5,10 @@ of the data and the plaintext all-gathers of the setup (:meth:`Transport.exchang
 so tests (and users checking their cluster) can put an adversary on the link by
 subclassing it (see ``ccddp.comm.adversary``). gloo P2P work objects have no futures;
 completion is polled with ``is_completed`` and awaited with a timeout.
+
+The process groups may be registered torch.distributed groups or bare gloo backends that
+nothing else knows of (the ``ccddp`` backend's internal links): only the methods both
+have are used (``rank``, ``size``, ``send``, ``recv``, ``allgather``, with group ranks).
 """
 
 from __future__ import annotations
@@ -22,8 +26,7 @@ from ccddp.errors import ConfigError, PeerTimeoutError
 class Transport:
     """Sends and receives uint8 tensors between ranks of one process group.
 
-    Ranks are group ranks; they are translated to global ranks for torch.distributed.
-    gloo matches a receive to a send by peer and ``tag``, in posting order; a secure
+    Ranks are group ranks. gloo matches a receive to a send by peer and ``tag``, in posting order; a secure
     collective sends its data on a tag of its own (see ``ccddp.comm.collectives``).
     """
 
@@ -31,9 +34,8 @@ class Transport:
                  downward: dist.ProcessGroup | None = None) -> None:
         self.pg = pg
         self.downward = downward
-        self.rank = dist.get_rank(pg)
+        self.rank = pg.rank()
         self.timeout = timedelta(seconds=timeout_s)
-        self._global = [dist.get_global_rank(pg, r) for r in range(dist.get_world_size(pg))]
 
     def _link(self, src: int, dst: int) -> dist.ProcessGroup:
         # gloo serializes a connection's reads and writes on one lock, so a rank that
@@ -44,13 +46,13 @@ class Transport:
 
     def isend(self, frame: torch.Tensor, dst: int, tag: int = 0):
         try:
-            return dist.isend(frame, self._global[dst], group=self._link(self.rank, dst), tag=tag)
+            return self._link(self.rank, dst).send([frame], dst, tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot send to rank {dst}") from None
 
     def irecv(self, frame: torch.Tensor, src: int, tag: int = 0):
         try:
-            return dist.irecv(frame, self._global[src], group=self._link(src, self.rank), tag=tag)
+            return self._link(src, self.rank).recv([frame], src, tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot receive from rank {src}") from None
 
@@ -64,14 +66,16 @@ class Transport:
         timeout): how a group's setup messages travel. Collective."""
         return exchange_bytes(blob, self.pg, self.timeout.total_seconds())
 
-    def wait(self, work, peer: int, what: str) -> None:
-        """Wait for ``work`` or raise :class:`PeerTimeoutError` naming the peer."""
+    def wait(self, work, peer: int, what: str, timeout: timedelta | None = None) -> None:
+        """Wait for ``work`` (at most ``timeout``, default the transport's) or raise
+        :class:`PeerTimeoutError` naming the peer."""
+        timeout = timeout or self.timeout
         try:
-            work.wait(self.timeout)
+            work.wait(timeout)
         except RuntimeError as e:
             raise PeerTimeoutError(
                 f"rank {self.rank}: {what} with rank {peer} did not complete within "
-                f"{self.timeout.total_seconds():g}s or the peer failed ({gloo_reason(e)})") from None
+                f"{timeout.total_seconds():g}s or the peer failed ({gloo_reason(e)})") from None
 
 
 # A control message is small; a larger announced size is refused before allocating.
@@ -89,7 +93,10 @@ def all_gather_flat(output: torch.Tensor, input: torch.Tensor, group: dist.Proce
     if timeout_s is None:
         gather(output, input, group=group)
         return
-    work = gather(output, input, group=group, async_op=True)
+    _bounded(gather(output, input, group=group, async_op=True), timeout_s)
+
+
+def _bounded(work, timeout_s: float) -> None:
     try:
         work.wait(timedelta(seconds=timeout_s))
     except RuntimeError:
@@ -108,8 +115,17 @@ def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None, timeout_s: 
 
         names = exchange_bytes(socket.gethostname().encode())   # [b"node0", b"node1", ...]
     """
-    return gather_blobs(blob, dist.get_world_size(pg),
-                        lambda out, inp: all_gather_flat(out, inp, group=pg, timeout_s=timeout_s))
+    pg = pg if pg is not None else dist.group.WORLD
+
+    def gather(out: torch.Tensor, inp: torch.Tensor) -> None:
+        # The process group's own method: ``pg`` may be a bare gloo backend.
+        work = pg.allgather([list(out.chunk(pg.size()))], [inp])
+        if timeout_s is None:
+            work.wait()
+        else:
+            _bounded(work, timeout_s)
+
+    return gather_blobs(blob, pg.size(), gather)
 
 
 def gather_blobs(blob: bytes, world_size: int, gather: Callable[[torch.Tensor, torch.Tensor], None]) -> list[bytes]:
