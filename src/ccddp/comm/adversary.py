@@ -332,21 +332,21 @@ class AdversarialTransport(Transport):
             self._pending[id(work)] = (src, index, frame, self.window)
         return work
 
-    def wait(self, work, peer: int, what: str) -> None:
+    def wait(self, work, peer: int, what: str, timeout=None) -> None:
         info = self._pending.pop(id(work), None)
         if info is not None:
             self.recv_labels[info[3]][info[0]][info[1]] = what
         if isinstance(work, _Accepted):
             pass
         elif self.abort is None:
-            super().wait(work, peer, what)
+            super().wait(work, peer, what, timeout)
         else:
-            self._wait_abortable(work, peer, what)
+            self._wait_abortable(work, peer, what, timeout)
         if info is not None:
             with self._lock:
                 self._remember(self._recv, info[0], info[1], _bytes(info[2]))
 
-    def _wait_abortable(self, work, peer: int, what: str) -> None:
+    def _wait_abortable(self, work, peer: int, what: str, timeout=None) -> None:
         # gloo P2P work reports completion only from wait(), and a wait that times out
         # closes the connection to that peer, so waits cannot be sliced: the wait runs on
         # a helper thread and this thread watches the abort flag. An abandoned helper ends
@@ -356,7 +356,7 @@ class AdversarialTransport(Transport):
 
         def waiter() -> None:
             try:
-                Transport.wait(self, work, peer, what)
+                Transport.wait(self, work, peer, what, timeout)
             except BaseException as e:  # handed to the caller below
                 failure.append(e)
             finally:
