@@ -126,6 +126,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
         self._op_counters: dict[str, dict] = {}
+        # The c10d operation the op queue is running (None between ops): for diagnostics.
+        self.current_op: str | None = None
 
     # -- identity --------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -159,7 +161,11 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
         def run() -> None:
             before = counters.snapshot()
-            job()
+            self.current_op = op
+            try:
+                job()
+            finally:
+                self.current_op = None
             after = counters.snapshot()
             with self._lock:
                 acc = self._op_counters.setdefault(op, dict.fromkeys(after, 0))

@@ -7,6 +7,10 @@ step without any extra coordination, while the issuing thread -- DDP's backward 
 on. After a failure the group's collective stream is out of step with its peers: every
 later op fails with the same error instead of sending more frames.
 
+Futures are completed from a small pool, not from the queue's thread: completing a future
+runs its callbacks, and a callback may issue another op of this group and wait for it
+(PowerSGD's hook does), which the queue's thread must then be free to run.
+
 Example::
 
     q = OpQueue("ccddp-0")
@@ -19,6 +23,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -27,6 +32,8 @@ class OpQueue:
     def __init__(self, name: str) -> None:
         self._queue: queue.Queue = queue.Queue()
         self._failure: BaseException | None = None
+        # Callbacks that wait on later ops nest: each level holds one completing thread.
+        self._completer = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{name}-done")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -43,15 +50,15 @@ class OpQueue:
                 return
             job, result, fut = item
             if self._failure is not None:
-                fut.set_exception(self._failure)
+                self._completer.submit(fut.set_exception, self._failure)
                 continue
             try:
                 job()
             except BaseException as e:  # handed to the issuing thread through the future
                 self._failure = e
-                fut.set_exception(e)
+                self._completer.submit(fut.set_exception, e)
             else:
-                fut.set_result(result)
+                self._completer.submit(fut.set_result, result)
 
     @property
     def failure(self) -> BaseException | None:
@@ -61,3 +68,4 @@ class OpQueue:
     def close(self, timeout_s: float = 5.0) -> None:
         self._queue.put(None)
         self._thread.join(timeout=timeout_s)
+        self._completer.shutdown(wait=False)
