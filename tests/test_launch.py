@@ -1,0 +1,79 @@
+"""``ccddp launch``: an unmodified DDP script (examples/ddp_tutorial.py asks for gloo) runs
+on the ccddp backend, ends with the same parameters as under plain torchrun, and its
+model data never appears on a socket; backends ccddp cannot seal are refused."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from wire_util import HERE, SRC, build_wiretap, found, torchrun, wire_bytes
+
+EXAMPLE = str(HERE.parent / "examples" / "ddp_tutorial.py")
+
+
+def _checksums(stdout: str) -> dict[int, tuple[str, str]]:
+    return {int(r): (b, c) for r, b, c in re.findall(r"rank (\d+): backend (\w+), world 2, params checksum (\S+)",
+                                                     stdout)}
+
+
+def _initial_parameter_markers() -> list[bytes]:
+    sys.path.insert(0, str(HERE.parent / "examples"))
+    try:
+        from ddp_tutorial import ToyModel
+    finally:
+        sys.path.pop(0)
+    torch.manual_seed(0)
+    model = ToyModel()
+    raw = b"".join(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes() for p in model.parameters())
+    return [raw[i:i + 16] for i in range(0, len(raw) - 16, 16) if len(set(raw[i:i + 16])) >= 10]
+
+
+def test_launch_runs_an_unmodified_script_sealed(tmp_path):
+    lib = build_wiretap(tmp_path)
+    (tmp_path / "gloo").mkdir()
+    (tmp_path / "ccddp").mkdir()
+    plain = torchrun([EXAMPLE, "--steps", "3"], wiretap=lib, wire_dir=tmp_path / "gloo", timeout=300)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    env = dict(os.environ, PYTHONPATH=str(SRC), LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(tmp_path / "ccddp"),
+               OMP_NUM_THREADS="1")
+    env.pop("CCDDP_GROUP_SECRET", None)  # a single-node launch makes its own
+    sealed = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--standalone", "--nproc-per-node", "2",
+                             EXAMPLE, "--steps", "3"], env=env, capture_output=True, text=True, timeout=300)
+    assert sealed.returncode == 0, sealed.stderr[-3000:]
+    before, after = _checksums(plain.stdout), _checksums(sealed.stdout)
+    assert set(before) == set(after) == {0, 1}
+    for r in (0, 1):
+        assert before[r][0] == "gloo" and after[r][0] == "ccddp"
+        assert after[r][1] == before[r][1], "same training, same parameters"
+    markers = _initial_parameter_markers()
+    assert len(markers) >= 10
+    assert found(markers, wire_bytes(tmp_path / "gloo")), "DDP's parameter broadcast is visible under gloo"
+    assert not found(markers, wire_bytes(tmp_path / "ccddp"))
+
+
+def test_backend_names_are_rewritten_or_refused():
+    from ccddp.backend.intercept import secure_backend
+    from ccddp.errors import ConfigError
+
+    assert secure_backend("gloo") == "ccddp"
+    assert secure_backend("cpu:gloo") == "cpu:ccddp"
+    assert secure_backend("ccddp") == "ccddp"
+    assert secure_backend(None) is None
+    for name in ("nccl", "cpu:gloo,cuda:nccl", "mpi"):
+        with pytest.raises(ConfigError, match="cannot seal"):
+            secure_backend(name)
+
+
+def test_torchrun_arguments_start_the_script_through_the_interceptor():
+    from ccddp.cli.cmd_launch import torchrun_argv
+
+    assert torchrun_argv(["--nproc-per-node", "2", "train.py", "--lr", "1"]) == [
+        "--nproc-per-node", "2", "-m", "ccddp.backend.intercept", "train.py", "--lr", "1"]
+    assert torchrun_argv(["--standalone", "-m", "pkg.train", "x"]) == [
+        "--standalone", "-m", "ccddp.backend.intercept", "-m", "pkg.train", "x"]
