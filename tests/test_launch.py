@@ -18,7 +18,7 @@ EXAMPLE = str(HERE.parent / "examples" / "ddp_tutorial.py")
 
 
 def _checksums(stdout: str) -> dict[int, tuple[str, str]]:
-    return {int(r): (b, c) for r, b, c in re.findall(r"rank (\d+): backend (\w+), world 2, params checksum (\S+)",
+    return {int(r): (b, c) for r, b, c in re.findall(r"rank (\d+): backend (\w+), world 2, params checksum (-?\d+\.\d{10})",
                                                      stdout)}
 
 
