@@ -16,7 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 SRC = HERE.parent / "src"
-SECRET_HEX = "5e" * 32
+SECRET_HEX = "9c41d0e2b7f35a86c1e4d92b07a3f6185de0c4b2a97f3e6d5c8b1a0f2e4d6c83"
 
 
 def build_wiretap(out_dir: Path) -> Path:

@@ -101,7 +101,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     """One ccddp process group; see the module docstring."""
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, options: Options | None = None, *,
-                 group_id: str = "") -> None:
+                 group_id: str = "", global_ranks: list[int] | None = None) -> None:
         super().__init__(rank, size)
         options = options or Options()
         if size < 2:
@@ -117,7 +117,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
                            for name in ("collectives", "collectives-down", "p2p"))
         self._internal = (coll, down, p2p)
         self.secure_group = SecureGroup(settings, options.secret, pg=coll,
-                                        transport=Transport(coll, settings.timeout_s, downward=down))
+                                        transport=Transport(coll, settings.timeout_s, downward=down),
+                                        ranks=global_ranks if global_ranks is not None else list(range(size)))
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
         self.settings = settings
         self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}")
@@ -173,6 +174,18 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
                     acc[k] += v - before[k]
 
         return CollectiveWork(self.queue.submit(run, result), op)
+
+    def call(self, fn: Callable[[SecureGroup], object]):
+        """``fn(secure_group)`` run on this group's op queue, in order with its collectives
+        (e.g. ``ccddp.comm.control.gather_json``); returns what it returns.
+
+        Example::
+
+            records = pg.call(lambda g: gather_json(my_record, g))
+        """
+        out = []
+        self._submit("call", lambda: out.append(fn(self.secure_group)), None).wait()
+        return out[0]
 
     # -- all-reduce and reduce ---------------------------------------------------------
     @_eager

@@ -66,8 +66,10 @@ def _create(backend_opts, options):
         from ccddp.errors import ConfigError
 
         raise ConfigError(f"pg_options for the ccddp backend must be ccddp.backend.Options, got {type(options).__name__}")
+    ranks = list(backend_opts.global_ranks_in_group) or list(range(backend_opts.group_size))  # [] = the world
     return ProcessGroupCCDDP(backend_opts.store, backend_opts.group_rank, backend_opts.group_size,
-                             backend_opts.timeout, options or Options(), group_id=str(backend_opts.group_id))
+                             backend_opts.timeout, options or Options(), group_id=str(backend_opts.group_id),
+                             global_ranks=ranks)
 
 
 def register() -> None:
