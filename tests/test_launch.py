@@ -77,3 +77,42 @@ def test_torchrun_arguments_start_the_script_through_the_interceptor():
         "--nproc-per-node", "2", "-m", "ccddp.backend.intercept", "train.py", "--lr", "1"]
     assert torchrun_argv(["--standalone", "-m", "pkg.train", "x"]) == [
         "--standalone", "-m", "ccddp.backend.intercept", "-m", "pkg.train", "x"]
+
+
+def _bert_markers() -> list[bytes]:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=32, num_labels=2)
+    raw = b"".join(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+                   for p in BertForSequenceClassification(config).parameters())
+    return [raw[i:i + 16] for i in range(0, len(raw) - 16, 4096) if len(set(raw[i:i + 16])) >= 10]
+
+
+def test_hugging_face_trainer_through_launch(tmp_path):
+    """Accelerate picks gloo for CPU ranks whatever ``ddp_backend`` says; ``ccddp launch``
+    serves it with ccddp without a change to the script."""
+    script = str(HERE / "hf_trainer_main.py")
+    lib = build_wiretap(tmp_path)
+    out = {}
+    for backend in ("gloo", "ccddp"):
+        d = tmp_path / backend
+        (d / "wire").mkdir(parents=True)
+        if backend == "gloo":
+            proc = torchrun([script, str(d)], wiretap=lib, wire_dir=d / "wire", timeout=600)
+        else:
+            env = dict(os.environ, PYTHONPATH=str(SRC), LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(d / "wire"),
+                       OMP_NUM_THREADS="1")
+            proc = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--standalone", "--nproc-per-node",
+                                   "2", script, str(d)], env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[backend] = [torch.load(d / f"rank{r}.pt") for r in range(2)]
+        out[backend + "_wire"] = wire_bytes(d / "wire")
+    for r in range(2):
+        assert out["gloo"][r]["backend"] == "gloo" and out["ccddp"][r]["backend"] == "ccddp"
+        assert torch.equal(out["gloo"][r]["params"], out["ccddp"][r]["params"])
+        assert out["gloo"][r]["loss"] == out["ccddp"][r]["loss"]
+    markers = _bert_markers()
+    assert found(markers, out["gloo_wire"]), "the initial parameter broadcast is visible under gloo"
+    assert not found(markers, out["ccddp_wire"])

@@ -107,7 +107,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         if size < 2:
             raise ConfigError("the ccddp backend needs at least 2 ranks (with one nothing leaves the process: "
                               "use gloo)")
-        settings = options.settings or settings_from_env().with_(timeout_s=timeout.total_seconds())
+        settings = options.settings or settings_from_env(timeout.total_seconds())
         if not settings.secure:
             raise ConfigError(f"the ccddp backend runs sealed collectives only (impl secure or secure-naive), "
                               f"got impl {settings.impl!r}")

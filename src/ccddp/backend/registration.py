@@ -41,18 +41,19 @@ class Options:
     secret: object = None
 
 
-def settings_from_env():
-    """The ``CommSettings`` that ``CCDDP_SETTINGS`` asks for (defaults if unset)."""
+def settings_from_env(timeout_s: float | None = None):
+    """The ``CommSettings`` that ``CCDDP_SETTINGS`` asks for (defaults if unset); its wait
+    limit is ``timeout_s`` (the group's timeout) unless it names one itself."""
     from ccddp.comm import CommSettings
     from ccddp.errors import ConfigError
 
     text = os.environ.get(SETTINGS_ENV, "").strip()
-    if not text:
-        return CommSettings()
     try:
-        fields = json.loads(text)
+        fields = json.loads(text) if text else {}
         if not isinstance(fields, dict):
             raise ValueError("not a JSON object")
+        if timeout_s is not None:
+            fields.setdefault("timeout_s", timeout_s)
         return CommSettings(**fields)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{SETTINGS_ENV} must be a JSON object of collective settings: {e}") from None
