@@ -220,7 +220,7 @@ class AdversarialTransport(Transport):
     # -- frames out --------------------------------------------------------------------
     def _post(self, wire: torch.Tensor, dst: int):
         try:
-            work = self.pg.send([wire], dst, self.tag)
+            work = self.post_send(self.pg, wire, dst, self.tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot send to rank {dst}") from None
         self._in_flight.append((work, wire))
@@ -325,7 +325,7 @@ class AdversarialTransport(Transport):
             index = self._recv_index[src]
             self._recv_index[src] += 1
             try:
-                work = self.pg.recv([frame], src, self.tag)
+                work = self.post_recv(self.pg, frame, src, self.tag)
             except RuntimeError as e:
                 raise self.peer_failed(e, f"cannot receive from rank {src}") from None
             self._in_flight.append((work, frame))
