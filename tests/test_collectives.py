@@ -342,7 +342,7 @@ def test_descriptors_travel_with_the_data_on_a_tag_of_their_own():
             data = {e[1] for e in first if e[0] in ("send", "recv") and e[1] != 0}
             assert len(data) == 1, (key, data)
             first_wait = next(i for i, e in enumerate(first) if e[0] == "wait")
-            assert "descriptor" in first[first_wait][1], (key, first[first_wait])
+            assert first[first_wait][1].collective.startswith("descriptor#"), (key, first[first_wait])
             posted_before = [e for e in first[:first_wait] if e[0] in ("send", "recv") and e[1] != 0]
             assert any(e[0] == "recv" for e in posted_before), (key, first[:first_wait])
             second = {e[1] for e in r["second"] if e[0] in ("send", "recv") and e[1] != 0}

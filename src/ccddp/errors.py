@@ -7,6 +7,8 @@ one-line message instead of a traceback.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 
 class CCDDPError(Exception):
     """Base class of every error ccddp raises on purpose."""
@@ -16,18 +18,49 @@ class ConfigError(CCDDPError):
     """Settings are invalid, or differ between ranks that must agree."""
 
 
+@dataclass(frozen=True)
+class FrameLabel:
+    """Which frame a failure or a wait is about: the directed ``link`` (``"0->1"``), the
+    ``collective`` (``"all_reduce#3"``; ``"descriptor#3"`` for its sealed descriptor),
+    the ``step`` of its schedule and the frame's ``segment`` within that step's message
+    (``None`` where not known or not applicable).
+
+    A receiver waits on a frame under the same label that an :class:`IntegrityError`
+    for that frame carries, so a test can compare the two as data.
+
+    Example::
+
+        FrameLabel("0->1", "all_reduce#3", step=1, segment=2)
+        str(_)     # "link 0->1, collective all_reduce#3, step 1, segment 2"
+    """
+
+    link: str = "?"
+    collective: str = "?"
+    step: int | None = None
+    segment: int | None = None
+
+    def __str__(self) -> str:
+        where = f"link {self.link}, collective {self.collective}, step {'?' if self.step is None else self.step}"
+        return where if self.segment is None else f"{where}, segment {self.segment}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
 class IntegrityError(CCDDPError):
     """A frame failed AES-GCM verification: tampered, replayed, reordered, dropped,
     truncated, spliced, or sealed under another key.
 
     The unverified plaintext is discarded; it is never reduced into a returned result.
+    ``label`` (a :class:`FrameLabel`) says which frame; ``link``, ``collective``,
+    ``step`` and ``segment`` are its fields.
 
     Example::
 
         try:
             ring_allreduce(t, comm)
         except IntegrityError as e:
-            print(e.link, e.collective, e.step, e.segment)
+            print(e.label.link, e.label.collective, e.label.step, e.label.segment)
 
     ``segment`` is the index of the failed frame within its step's message (a segment of
     the pipelined schedule, or a frame of a message larger than one AES-GCM call takes;
@@ -35,15 +68,25 @@ class IntegrityError(CCDDPError):
     """
 
     def __init__(self, message: str, *, link: str = "?", collective: str = "?",
-                 step: int | str = "?", segment: int | None = None) -> None:
-        where = f"link {link}, collective {collective}, step {step}"
-        if segment is not None:
-            where += f", segment {segment}"
-        super().__init__(f"{message} ({where})")
-        self.link = link
-        self.collective = collective
-        self.step = step
-        self.segment = segment
+                 step: int | None = None, segment: int | None = None) -> None:
+        self.label = FrameLabel(link, collective, step, segment)
+        super().__init__(f"{message} ({self.label})")
+
+    @property
+    def link(self) -> str:
+        return self.label.link
+
+    @property
+    def collective(self) -> str:
+        return self.label.collective
+
+    @property
+    def step(self) -> int | None:
+        return self.label.step
+
+    @property
+    def segment(self) -> int | None:
+        return self.label.segment
 
 
 class FrameFormatError(IntegrityError):
@@ -51,7 +94,12 @@ class FrameFormatError(IntegrityError):
 
 
 class PeerTimeoutError(CCDDPError):
-    """A peer did not answer within the configured timeout."""
+    """A peer did not answer within the configured timeout. ``label`` is the frame the
+    rank was waiting on (a :class:`FrameLabel`), or ``None`` outside a collective."""
+
+    def __init__(self, message: str, *, label: FrameLabel | None = None) -> None:
+        super().__init__(message)
+        self.label = label
 
 
 _MAX_REASON = 300

@@ -1,5 +1,6 @@
 """``ccddp selftest``: run every attack of the adversarial link against real secure
-collectives on this machine's ranks, and say whether each one was caught.
+collectives and against the setup of a secure group on this machine's ranks, and say
+whether each one was caught.
 
 For each (attack, collective) case every rank builds a fresh :class:`SecureGroup` on an
 :class:`~ccddp.comm.adversary.AdversarialTransport` and runs three windows:
@@ -9,12 +10,25 @@ For each (attack, collective) case every rank builds a fresh :class:`SecureGroup
 1. the collective, clean (the reference: which frame the attack will hit, its size and
    the label the receiver gives it),
 2. the same collective with one rule on link ``0 -> 1``: the receiver must raise
-   :class:`~ccddp.errors.IntegrityError` at exactly the tampered frame, no rank may return a
-   wrong result, and every rank must stop (the one that detects releases the others).
+   :class:`~ccddp.errors.IntegrityError` at exactly the tampered frame (the error's
+   :class:`~ccddp.errors.FrameLabel` equals the one the receiver waited on it with), no
+   rank may return a wrong result, and every rank must stop (the one that detects
+   releases the others).
 
 ``delay`` must *not* be caught (authentication says nothing about timing): the result is
 correct, just late. ``stall`` (a frame held past the timeout) must end in
 :class:`~ccddp.errors.PeerTimeoutError` within the timeout.
+
+The ``setup`` cases attack the messages that set a group up (each rank's fresh
+contribution, the key confirmations): in window 2 a new group is created while the host
+flips, swaps, replays (from an earlier group's setup), drops or reorders what rank 1
+receives of rank 0's message. Every rank must refuse the setup with a one-line
+``ConfigError`` (``EstablishmentError`` with identity keys) before any key is used: no
+frame of that group is sealed or opened.
+
+What decides a row -- the frame sizes and labels a plan is made from, and every rank's
+outcome -- travels sealed on a clean secure group of its own (``gather_json``), so the
+host cannot turn a failure into a pass: an altered report fails authentication.
 
 Run it under torchrun (``python -m ccddp.bench.selftest --json rows.json``) or through
 ``ccddp selftest --world-size N``, which launches the ranks and prints the table.
@@ -31,29 +45,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Callable
+from enum import Enum
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
-from ccddp.comm.adversary import AbortSignal, AdversarialTransport, AdversaryError, Rule
-from ccddp.comm.transport import exchange_bytes
+from ccddp.comm.adversary import (AbandonedWait, AbortSignal, AdversarialTransport, AdversaryError, Rule,
+                                  SetupRule)
+from ccddp.comm.control import gather_json
 from ccddp.comm.transport import Transport
-from ccddp.crypto.establish import KeyEstablishment
+from ccddp.crypto.establish import EstablishmentError, KeyEstablishment
 from ccddp.crypto.keys import GroupSecret
-from ccddp.errors import CCDDPError, ConfigError, IntegrityError, PeerTimeoutError
+from ccddp.errors import CCDDPError, ConfigError, FrameLabel, IntegrityError, PeerTimeoutError
 
 SCHEMA = "ccddp.selftest/1"
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "ddp_step")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "ddp_step", "setup")
 INTEGRITY_ATTACKS = ("flip", "truncate", "replay", "reorder", "drop", "splice-step", "splice-bucket", "splice-link")
-ATTACKS = INTEGRITY_ATTACKS + ("delay", "stall")
+DATA_ATTACKS = INTEGRITY_ATTACKS + ("delay", "stall")
+# Attacks on the setup's messages, and the exchange each one strikes (0: the ranks'
+# contributions, 1: their key confirmations).
+SETUP_ATTACKS = {"flip": 1, "swap": 1, "replay": 0, "drop": 0, "reorder": 1}
+ATTACKS = DATA_ATTACKS + ("swap",)
 ROW_KEYS = ("attack", "collective", "world_size", "expected", "observed", "passed")
 
 # Elements per rank chunk: with 1 KiB segments every data frame is 1 KiB + tag, so frames
@@ -62,6 +81,11 @@ _CHUNK = 1024
 _SEGMENT = 1024
 _DELAY_S = 0.3
 _TAG_BASE = 1000
+
+
+def applies(attack: str, collective: str) -> bool:
+    """Whether ``attack`` is a case for ``collective`` (setup attacks strike the setup)."""
+    return attack in SETUP_ATTACKS if collective == "setup" else attack in DATA_ATTACKS
 
 
 def _pattern(numel: int, rank: int) -> torch.Tensor:
@@ -73,35 +97,49 @@ def _ar_expect(numel: int, n: int) -> torch.Tensor:
     return ((torch.arange(numel) % 7) * n + n * (n + 1) // 2).to(torch.float32)
 
 
-def _op(collective: str, g: SecureGroup, tr: AdversarialTransport) -> tuple[Callable[[], bool], AdversarialTransport]:
-    """A callable running ``collective`` once on ``g`` and returning whether the result is
-    exactly right, and the transport its frames cross (where the attack goes)."""
-    n, r = g.world_size, g.rank
-    if collective == "all_reduce":
-        def run() -> bool:
+# -- what a case runs ------------------------------------------------------------------
+
+class Case(Protocol):
+    """What one case attacks: ``run()`` runs it once and returns whether the result is
+    exactly right; ``transport`` is where the attack goes; ``close()`` frees it."""
+
+    transport: AdversarialTransport
+    warm_up: bool       # run once in window 0 too (its first run differs from later ones)
+
+    def run(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class CollectiveCase:
+    """One secure collective of ``_CHUNK`` elements per rank on the case's group."""
+
+    warm_up = False
+
+    def __init__(self, collective: str, g: SecureGroup, tr: AdversarialTransport) -> None:
+        if collective not in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+            raise ConfigError(f"unknown collective {collective!r}; choose from {', '.join(COLLECTIVES)}")
+        self.collective, self.g, self.transport = collective, g, tr
+
+    def run(self) -> bool:
+        g, c = self.g, self.collective
+        n, r = g.world_size, g.rank
+        if c == "all_reduce":
             x = _pattern(n * _CHUNK, r)
             return torch.equal(all_reduce(x, g), _ar_expect(n * _CHUNK, n))
-    elif collective == "reduce_scatter":
-        def run() -> bool:
+        if c == "reduce_scatter":
             out = torch.empty(_CHUNK)
             reduce_scatter(out, _pattern(n * _CHUNK, r), g)
             return torch.equal(out, _ar_expect(n * _CHUNK, n)[r * _CHUNK:(r + 1) * _CHUNK])
-    elif collective == "all_gather":
-        def run() -> bool:
+        if c == "all_gather":
             out = torch.empty(n * _CHUNK)
             all_gather(out, _pattern(_CHUNK, r), g)
             return torch.equal(out, torch.cat([_pattern(_CHUNK, k) for k in range(n)]))
-    elif collective == "broadcast":
-        def run() -> bool:
-            return torch.equal(broadcast(_pattern(_CHUNK, r), 0, g), _pattern(_CHUNK, 0))
-    elif collective == "ddp_step":
-        return _ddp_op(g, tr)
-    else:
-        raise ConfigError(f"unknown collective {collective!r}; choose from {', '.join(COLLECTIVES)}")
-    return run, tr
+        return torch.equal(broadcast(_pattern(_CHUNK, r), 0, g), _pattern(_CHUNK, 0))
 
+    def close(self) -> None:
+        pass
 
-# -- DDP -------------------------------------------------------------------------------
 
 def ddp_available() -> bool:
     try:
@@ -111,130 +149,170 @@ def ddp_available() -> bool:
     return True
 
 
-def _ddp_op(g: SecureGroup, tr: AdversarialTransport) -> tuple[Callable[[], bool], AdversarialTransport]:
+class DDPStepCase:
     """Training steps of a small model under ``SecureDDP`` (cc="on"); the adversary sits on
     the gradient all-reduce. Correct means every parameter equals what plain SGD on the
     average of all ranks' gradients gives, which each rank computes locally from the other
-    ranks' (deterministic) batches."""
-    from ccddp.ddp import SecureDDP
+    ranks' (deterministic) batches. Construction (secure broadcast) and iteration 0 (one
+    bucket) differ from every later step, so the first step is a warm-up."""
 
-    n, r = g.world_size, g.rank
-    torch.manual_seed(0)
+    warm_up = True
 
-    def make() -> torch.nn.Module:
+    def __init__(self, g: SecureGroup, tr: AdversarialTransport) -> None:
+        from ccddp.ddp import SecureDDP
+
+        self.n, self.rank = g.world_size, g.rank
+        torch.manual_seed(0)
+        self.module = self._make()
+        self.reference = [p.detach().clone() for p in self.module.parameters()]
+        self.model = SecureDDP(self.module, cc="on", settings=g.settings, secret=g.secret, bucket_cap_mb=0.001)
+        hook_group = self.model.hook_state.group
+        # Same abort flag and tag as the case's transport, on the gradient group's links.
+        self.transport = AdversarialTransport(hook_group.pg, g.settings.timeout_s, tag=tr.tag, abort=tr.abort)
+        hook_group.transport = self.transport
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.step = 0
+
+    @staticmethod
+    def _make() -> torch.nn.Module:
         # Two layers of unequal size, so DDP makes more than one bucket after iteration 0.
         return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
 
-    module = make()
-    reference = [p.detach().clone() for p in module.parameters()]
-    model = SecureDDP(module, cc="on", settings=g.settings, secret=g.secret, bucket_cap_mb=0.001)
-    hook_group = model.hook_state.group
-    # Same rules, abort flag and tag as the case's transport, on the gradient group's links.
-    hook_tr = AdversarialTransport(hook_group.pg, g.settings.timeout_s, tag=tr.tag, abort=tr.abort)
-    hook_group.transport = hook_tr
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    step = [0]
-
-    def batch(rank: int, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    @staticmethod
+    def _batch(rank: int, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed(1000 * i + rank)
         return torch.randn(16, 32, generator=gen), torch.randn(16, 8, generator=gen)
 
-    def run() -> bool:
-        i = step[0]
-        step[0] += 1
-        x, y = batch(r, i)
-        opt.zero_grad()
+    def run(self) -> bool:
+        i, self.step = self.step, self.step + 1
+        x, y = self._batch(self.rank, i)
+        self.opt.zero_grad()
         try:
-            torch.nn.functional.mse_loss(model(x), y).backward()
+            torch.nn.functional.mse_loss(self.model(x), y).backward()
         except RuntimeError:
             # DDP re-raises a failed hook future as RuntimeError; SecureDDP kept the typed one.
-            failure = model.comm_failure()
+            failure = self.model.comm_failure()
             if isinstance(failure, CCDDPError):
                 raise failure from None
             raise
-        opt.step()
+        self.opt.step()
         # The same step in plain PyTorch, one rank's batch at a time.
-        ref = make()
+        ref = self._make()
         with torch.no_grad():
-            for p, v in zip(ref.parameters(), reference):
+            for p, v in zip(ref.parameters(), self.reference):
                 p.copy_(v)
-        grads = [torch.zeros_like(v) for v in reference]
-        for k in range(n):
+        grads = [torch.zeros_like(v) for v in self.reference]
+        for k in range(self.n):
             ref.zero_grad()
-            xk, yk = batch(k, i)
+            xk, yk = self._batch(k, i)
             torch.nn.functional.mse_loss(ref(xk), yk).backward()
             for acc, p in zip(grads, ref.parameters()):
-                acc += p.grad / n
+                acc += p.grad / self.n
         ok = True
-        for v, gk, p in zip(reference, grads, module.parameters()):
+        for v, gk, p in zip(self.reference, grads, self.module.parameters()):
             v -= 0.1 * gk
             ok = ok and torch.allclose(p.detach(), v, rtol=1e-4, atol=1e-6)
         return ok
 
-    run.close = model.close  # type: ignore[attr-defined]
-    return run, hook_tr
+    def close(self) -> None:
+        self.model.close()
 
 
-# -- labels ----------------------------------------------------------------------------
+class SetupCase:
+    """A new secure group on the case's transport, then one all-reduce on it. Under a
+    setup attack the group must never come into being: ``keys_used`` counts the frames
+    its keys sealed or opened, which must stay 0."""
 
-def parse_label(what: str | None) -> tuple[str, int | None] | None:
-    """``(collective, step)`` from the ``what`` a receiver waited with.
+    warm_up = False
 
-    ``"receive in all_reduce#3 step 1"`` -> ``("all_reduce#3", 1)``;
-    ``"descriptor exchange of collective #3"`` -> ``("descriptor#3", 0)``.
-    """
-    if not what:
-        return None
-    m = re.search(r"collective #(\d+)", what)
-    if what.startswith("descriptor") and m:
-        return f"descriptor#{m.group(1)}", 0
-    m = re.search(r"(\w+#\d+)(?: step (\d+))?", what)
-    if not m:
-        return None
-    return m.group(1), (int(m.group(2)) if m.group(2) is not None else None)
+    def __init__(self, g: SecureGroup, tr: AdversarialTransport, secret: GroupSecret | None) -> None:
+        self.settings, self.pg, self.secret, self.transport = g.settings, g.pg, secret, tr
+        self.keys_used = 0
+
+    def _count(self, key_hash: bytes, nonce: bytes) -> None:
+        self.keys_used += 1
+
+    def run(self) -> bool:
+        self.keys_used = 0
+        g = SecureGroup(self.settings, self.secret, self.pg, transport=self.transport, recorder=self._count)
+        try:
+            return CollectiveCase("all_reduce", g, self.transport).run()
+        finally:
+            g.close()
+
+    def close(self) -> None:
+        pass
 
 
-def _is_descriptor(label: tuple | None) -> bool:
-    return label is not None and label[0].startswith("descriptor")
+def make_case(collective: str, g: SecureGroup, tr: AdversarialTransport, secret: GroupSecret | None) -> Case:
+    if collective == "ddp_step":
+        return DDPStepCase(g, tr)
+    if collective == "setup":
+        return SetupCase(g, tr, secret)
+    return CollectiveCase(collective, g, tr)
 
 
-# -- one case ----------------------------------------------------------------------------
+# -- where a case strikes ------------------------------------------------------------------
 
-@dataclass
+class Expect(Enum):
+    """What a case must end in."""
+
+    INTEGRITY = "IntegrityError at the tampered frame, raised by its receiver"
+    INTEGRITY_OR_TIMEOUT = "the tampered frame is the link's last: IntegrityError or a timeout"
+    CORRECT = "a correct result (not an attack on integrity)"
+    TIMEOUT = "PeerTimeoutError within the timeout"
+    REFUSED = "the setup refused on every rank before any key is used"
+
+
+@dataclass(frozen=True)
 class Plan:
     """Where a case strikes, chosen identically on every rank from window 1's frames."""
 
-    rule: Rule | None
-    target: int
-    expect: str          # "integrity", "correct", "timeout"
+    rule: Rule | SetupRule
+    target: int             # the frame index on the link (data), or the setup's exchange
+    expect: Expect
     timeout_s: float
     note: str = ""
 
 
-def _plan(attack: str, n: int, src: int, dst: int, sizes: list[list[int]], labels: list[dict[int, str]],
+def resolve(expect: Expect, receiver: dict) -> Expect:
+    """The expectation a row is judged by, given what the receiver observed: a held or
+    dropped *last* frame leaves the receiver either the next collective's first frame in
+    its place (a tag failure) or nothing (a timeout); both stop the run."""
+    if expect is Expect.INTEGRITY_OR_TIMEOUT:
+        return Expect.INTEGRITY if receiver["status"] == "error" and receiver["integrity"] else Expect.TIMEOUT
+    return expect
+
+
+def _kind(label: FrameLabel) -> str:
+    """``"all_reduce"`` of ``"all_reduce#3"``; ``"descriptor"`` for a descriptor frame."""
+    return label.collective.partition("#")[0]
+
+
+def _plan(attack: str, n: int, src: int, dst: int, sizes: list[list[int]], labels: list[dict[int, FrameLabel]],
           timeout_s: float, short_timeout_s: float) -> Plan:
     """``sizes[w]``: frame sizes sent on ``src -> dst`` in window ``w``; ``labels[w]``: the
     receiver's label of each of those frames."""
     s1 = sizes[1]
-    lab1 = [parse_label(labels[1].get(i)) for i in range(len(s1))]
-    data = [i for i in range(len(s1)) if not _is_descriptor(lab1[i])]
+    lab1 = [labels[1].get(i) for i in range(len(s1))]
+    data = [i for i in range(len(s1)) if lab1[i] is not None and _kind(lab1[i]) != "descriptor"]
     if not data:
         raise AdversaryError(f"link {src}->{dst} carries no data frame in this collective")
     paired = [i for i in data if i + 1 < len(s1) and s1[i + 1] == s1[i]]
     # A frame in the middle of the window's last collective (in a DDP step, the last
     # bucket, so other buckets of the same step precede it): frames before it must pass,
     # and with n > 2 it sits in a later ring step or in the all-gather phase.
-    last = [i for i in paired if lab1[i][0] == lab1[data[-1]][0]] or paired
+    last = [i for i in paired if lab1[i].collective == lab1[data[-1]].collective] or paired
     target = last[max(1, len(last) // 2)] if len(last) > 1 else (last[0] if last else data[0])
     size = s1[target]
     tlabel = lab1[target]
     if attack in ("flip", "truncate"):
-        return Plan(Rule(attack, src, dst, target), target, "integrity", timeout_s)
+        return Plan(Rule(attack, src, dst, target), target, Expect.INTEGRITY, timeout_s)
     if attack == "drop":
         # Every later frame of the collective moves up one receive slot; gloo aborts the
         # receiving process if one is larger than its slot, so pick a frame after which
         # sizes never grow.
-        coll = [lab[0] if lab else None for lab in lab1]
+        coll = [lab.collective if lab else None for lab in lab1]
 
         def shift_safe(t: int) -> bool:
             rest = [i for i in range(t, len(s1)) if coll[i] == coll[t]]
@@ -243,23 +321,23 @@ def _plan(attack: str, n: int, src: int, dst: int, sizes: list[list[int]], label
         good = [t for t in data if shift_safe(t)]
         if good:
             t = next((t for t in good if t >= target), good[-1])
-            return Plan(Rule("drop", src, dst, t), t, "integrity", timeout_s)
+            return Plan(Rule("drop", src, dst, t), t, Expect.INTEGRITY, timeout_s)
         safe = [t for t in data if all(s1[i + 1] <= s1[i] for i in range(t, len(s1) - 1))]
         if safe:
             # The receiver's next receive gets the next collective's first frame, or nothing.
-            return Plan(Rule("drop", src, dst, safe[-1]), safe[-1], "integrity-or-timeout", short_timeout_s,
+            return Plan(Rule("drop", src, dst, safe[-1]), safe[-1], Expect.INTEGRITY_OR_TIMEOUT, short_timeout_s,
                         "the last frame: no frame follows it")
         raise AdversaryError(f"drop: every frame on link {src}->{dst} is followed by a larger one")
     if attack == "reorder":
         if target + 1 < len(s1) and s1[target + 1] == size:
-            return Plan(Rule(attack, src, dst, target), target, "integrity", timeout_s)
+            return Plan(Rule(attack, src, dst, target), target, Expect.INTEGRITY, timeout_s)
         # No frame of the same size follows: what the receiver sees is a silent link.
-        return Plan(Rule(attack, src, dst, target), target, "integrity-or-timeout", short_timeout_s,
+        return Plan(Rule(attack, src, dst, target), target, Expect.INTEGRITY_OR_TIMEOUT, short_timeout_s,
                     "no same-size frame follows on the link")
     if attack == "delay":
-        return Plan(Rule("delay", src, dst, target, seconds=_DELAY_S), target, "correct", timeout_s)
+        return Plan(Rule("delay", src, dst, target, seconds=_DELAY_S), target, Expect.CORRECT, timeout_s)
     if attack == "stall":
-        return Plan(Rule("delay", src, dst, target, seconds=short_timeout_s + 1.5), target, "timeout",
+        return Plan(Rule("delay", src, dst, target, seconds=short_timeout_s + 1.5), target, Expect.TIMEOUT,
                     short_timeout_s)
     # The sender's history, in order: windows 0 and 1, then window 2 up to the target.
     history = [(0, i) for i in range(len(sizes[0]))] + [(1, i) for i in range(len(s1))] + \
@@ -268,84 +346,114 @@ def _plan(attack: str, n: int, src: int, dst: int, sizes: list[list[int]], label
     def size_of(w: int, i: int) -> int:
         return sizes[min(w, 1)][i]
 
-    def label_of(w: int, i: int):
-        return parse_label(labels[min(w, 1)].get(i))
+    def label_of(w: int, i: int) -> FrameLabel | None:
+        return labels[min(w, 1)].get(i)
 
     if attack == "replay":
         for back, (w, i) in enumerate(reversed(history), start=1):
             if size_of(w, i) == size:
-                return Plan(Rule("replay", src, dst, target, back=back), target, "integrity", timeout_s)
+                return Plan(Rule("replay", src, dst, target, back=back), target, Expect.INTEGRITY, timeout_s)
     elif attack == "splice-step":
         for w, i in reversed(history):
             lab = label_of(w, i)
-            if size_of(w, i) == size and lab and not _is_descriptor(lab) and lab[1] != tlabel[1]:
-                return Plan(Rule("splice", src, dst, target, from_window=w, from_index=i), target, "integrity",
-                            timeout_s, f"from step {lab[1]}")
+            if size_of(w, i) == size and lab and _kind(lab) != "descriptor" and lab.step != tlabel.step:
+                return Plan(Rule("splice", src, dst, target, from_window=w, from_index=i), target,
+                            Expect.INTEGRITY, timeout_s, f"from step {lab.step}")
     elif attack == "splice-bucket":
-        base = tlabel[0].split("#")[0]
         for w, i in reversed(history):
             lab = label_of(w, i)
             # Another collective of the same kind in the same iteration is another bucket.
-            if w == 2 and size_of(w, i) == size and lab and lab[0] != tlabel[0] and lab[0].startswith(base):
+            if (w == 2 and size_of(w, i) == size and lab and lab.collective != tlabel.collective
+                    and _kind(lab) == _kind(tlabel)):
                 return Plan(Rule("splice", src, dst, target, from_window=2, from_index=i), target,
-                            "integrity", timeout_s)
-        return Plan(Rule("splice", src, dst, target, from_window=1, from_index=target), target, "integrity",
+                            Expect.INTEGRITY, timeout_s)
+        return Plan(Rule("splice", src, dst, target, from_window=1, from_index=target), target, Expect.INTEGRITY,
                     timeout_s, "same frame of the previous collective")
     elif attack == "splice-link":
-        return Plan(Rule("splice", src, dst, target, from_link=(src - 1) % n), target, "integrity", timeout_s,
+        return Plan(Rule("splice", src, dst, target, from_link=(src - 1) % n), target, Expect.INTEGRITY, timeout_s,
                     f"from link {(src - 1) % n}->{src}")
     else:
-        raise ConfigError(f"unknown attack {attack!r}; choose from {', '.join(ATTACKS)}")
+        raise ConfigError(f"unknown attack {attack!r}; choose from {', '.join(DATA_ATTACKS)}")
     raise AdversaryError(f"{attack}: no earlier {size}-byte frame to use on link {src}->{dst}")
 
+
+def _setup_plan(attack: str, src: int, dst: int, timeout_s: float) -> Plan:
+    nth = SETUP_ATTACKS[attack]
+    # A flip must change what ``dst`` checks, not a field meant for another rank: after the
+    # status byte, a confirmation is one 32-byte MAC (pre-shared secret) or a 16-byte tag
+    # per rank (identity keys); byte 1 + 16 * dst lies in the part ``dst`` checks in both.
+    byte = 1 + 16 * dst if attack == "flip" else None
+    return Plan(SetupRule(attack, src, dst, nth, byte=byte), nth, Expect.REFUSED, timeout_s,
+                "contribution" if nth == 0 else "key confirmation")
+
+
+# -- one case ----------------------------------------------------------------------------
 
 def _one_line(text: str, limit: int = 300) -> str:
     return " ".join(str(text).split())[:limit]
 
 
-def _attempt(fn: Callable[[], bool], rank: int, abort: AbortSignal) -> dict:
+def _attempt(case: Case, rank: int, abort: AbortSignal) -> dict:
     t0 = time.monotonic()
     try:
-        correct = bool(fn())
+        correct = bool(case.run())
         return {"status": "ok", "correct": correct, "seconds": time.monotonic() - t0}
     except Exception as e:  # noqa: BLE001 - every failure is an outcome to report, typed
         abort.set(f"rank {rank} stopped ({type(e).__name__})")
-        out = {"status": "error", "type": type(e).__name__, "message": _one_line(e),
-               "integrity": isinstance(e, IntegrityError), "timeout": isinstance(e, PeerTimeoutError),
-               "typed": isinstance(e, CCDDPError), "seconds": time.monotonic() - t0,
-               "abandoned": "abandoned:" in str(e)}
-        for k in ("link", "collective", "step"):
-            if hasattr(e, k):
-                out[k] = str(getattr(e, k))
-        return out
+        label = getattr(e, "label", None)
+        return {"status": "error", "type": type(e).__name__, "message": _one_line(e), "one_line": "\n" not in str(e),
+                "integrity": isinstance(e, IntegrityError), "timeout": isinstance(e, PeerTimeoutError),
+                "refused": isinstance(e, (ConfigError, EstablishmentError)) and not isinstance(e, AdversaryError),
+                "typed": isinstance(e, CCDDPError), "abandoned": isinstance(e, AbandonedWait),
+                "seconds": time.monotonic() - t0, "error_label": label.as_dict() if label is not None else None}
 
 
-def _gather_json(obj) -> list:
-    return [json.loads(b) for b in exchange_bytes(json.dumps(obj).encode())]
+def _labels_of(table: dict) -> dict[str, dict]:
+    return {str(i): label.as_dict() for i, label in table.items()}
 
 
-def run_case(case: int, attack: str, collective: str, secret: GroupSecret | None, base: CommSettings,
-             short_timeout_s: float, prefix: str) -> dict:
-    """Run one case on every rank; every rank returns the same judged row."""
+def _labels_from(table: dict[str, dict]) -> dict[int, FrameLabel]:
+    return {int(i): FrameLabel(**d) for i, d in table.items()}
+
+
+@dataclass
+class SelftestRun:
+    """What the cases of one selftest share."""
+
+    secret: GroupSecret | None
+    base: CommSettings
+    short_timeout_s: float
+    report: SecureGroup         # clean and secure: every verdict-deciding message crosses it
+    setup_history: list = field(default_factory=list)       # every setup each rank received
+    transports: list[AdversarialTransport] = field(default_factory=list)
+
+
+def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> dict:
+    """Run one case on every rank; every rank returns the same judged row. What decides
+    the row crosses sealed, on ``run.report``."""
     rank, n = dist.get_rank(), dist.get_world_size()
     src, dst = 0, 1
-    abort = AbortSignal.default(f"{prefix}/{case}")
+    secret, base, report = run.secret, run.base, run.report
+    abort = AbortSignal.default(f"{report.session_id.hex()}/{case_no}")
     # A process group per case: a failed case leaves receives behind and its timed-out
     # waits close their connections; neither may touch the next case.
     pg = dist.new_group(backend="gloo", timeout=timedelta(seconds=base.timeout_s + 5))
-    tr = AdversarialTransport(pg, base.timeout_s, tag=_TAG_BASE + case, abort=abort)
-    g = SecureGroup(base, secret, pg, transport=tr)
+    tr = AdversarialTransport(pg, base.timeout_s, tag=_TAG_BASE + case_no, abort=abort,
+                              setup_history=run.setup_history)
+    run.transports.append(tr)
     setup: dict = {"status": "ok"}
-    plan, run = None, None
+    plan, case, g = None, None, None
     try:
-        ok0 = _op("all_reduce", g, tr)[0]()
-        run, tr = _op(collective, g, tr)
-        if collective == "ddp_step":
-            # Construction (secure broadcast) and iteration 0 (one bucket) differ from
-            # every later step, so they stay in window 0 with the all-reduce.
-            ok0 = run() and ok0
+        g = SecureGroup(base, secret, pg, transport=tr)
+        ok0 = CollectiveCase("all_reduce", g, tr).run()
+        case = make_case(collective, g, tr, secret)
+        if case.transport is not tr:
+            tr = case.transport
+            run.transports.append(tr)
+        if case.warm_up:
+            ok0 = case.run() and ok0
         tr.arm()
-        ok1 = run()
+        ok1 = case.run()
         if not (ok0 and ok1):
             setup = {"status": "error", "message": "the clean run before the attack gave a wrong result"}
     except Exception as e:  # noqa: BLE001
@@ -353,32 +461,42 @@ def run_case(case: int, attack: str, collective: str, secret: GroupSecret | None
         setup = {"status": "error", "message": f"{type(e).__name__}: {_one_line(e)}"}
     mine = {"setup": setup,
             "sizes": [tr.sent_sizes[w].get(dst, []) if rank == src else [] for w in (0, 1)],
-            "labels": [tr.recv_labels[w].get(src, {}) if rank == dst else {} for w in (0, 1)]}
-    views = _gather_json(mine)
+            "labels": [_labels_of(tr.recv_labels[w].get(src, {})) if rank == dst else {} for w in (0, 1)]}
+    views = gather_json(mine, report)
     failed = [f"rank {r}: {v['setup']['message']}" for r, v in enumerate(views) if v["setup"]["status"] != "ok"]
     outcome: dict = {"status": "skipped"}
     if not failed:
         try:
-            labels = [{int(k): v for k, v in views[dst]["labels"][w].items()} for w in (0, 1)]
-            plan = _plan(attack, n, src, dst, views[src]["sizes"], labels, base.timeout_s, short_timeout_s)
+            if collective == "setup":
+                plan = _setup_plan(attack, src, dst, base.timeout_s)
+            else:
+                labels = [_labels_from(views[dst]["labels"][w]) for w in (0, 1)]
+                plan = _plan(attack, n, src, dst, views[src]["sizes"], labels, base.timeout_s, run.short_timeout_s)
         except CCDDPError as e:
             failed = [f"cannot stage the attack: {_one_line(e)}"]
     if not failed:
         # A timeout case waits a short time, so the table is not held up for a minute.
         tr.timeout = timedelta(seconds=plan.timeout_s)
         tr.arm([plan.rule])
-        outcome = _attempt(run, rank, abort)
+        outcome = _attempt(case, rank, abort)
         outcome["applied"] = len(tr.applied)
-        outcome["label"] = tr.label(src, plan.target) if rank == dst else None
-    if hasattr(run, "close"):
-        run.close()
-    g.close()
-    outcomes = _gather_json(outcome)
+        if isinstance(case, SetupCase):
+            outcome["keys_used"] = case.keys_used
+        label = tr.label(src, plan.target) if rank == dst and collective != "setup" else None
+        outcome["label"] = label.as_dict() if label is not None else None
+    if case is not None:
+        case.close()
+    if g is not None:
+        g.close()
+    outcomes = gather_json(outcome, report)
     return judge(attack, collective, n, src, dst, plan, failed, outcomes)
 
 
+# -- the verdict ---------------------------------------------------------------------------
+
 def judge(attack: str, collective: str, n: int, src: int, dst: int, plan: Plan | None, failed: list[str],
           outcomes: list[dict]) -> dict:
+    """The row of one case, from every rank's outcome (the same on every rank)."""
     row = {"attack": attack, "collective": collective, "world_size": n}
     if failed or plan is None:
         return {**row, "expected": "the case can be staged", "observed": "; ".join(failed)[:300], "passed": False}
@@ -392,34 +510,30 @@ def judge(attack: str, collective: str, n: int, src: int, dst: int, plan: Plan |
         problems.append("untyped error on rank(s) " + ", ".join(
             f"{r} ({outcomes[r]['type']}: {outcomes[r]['message'][:80]})" for r in untyped))
     if not applied:
-        problems.append("the adversary never saw the frame")
+        problems.append("the adversary never saw the frame" if plan.expect is not Expect.REFUSED
+                        else "the adversary never saw the setup message")
     recv = outcomes[dst]
-    if plan.expect == "integrity-or-timeout":
-        # A held or dropped last frame: the receiver either sees the next collective's
-        # first frame in its place (tag failure) or nothing (timeout). Both stop the run.
-        plan.expect = "integrity" if recv["status"] == "error" and recv["integrity"] else "timeout"
-    if plan.expect == "integrity":
-        where = parse_label(recv.get("label"))
-        expected = (f"IntegrityError at rank {dst}: {src}->{dst} {where[0]} step {where[1]}" if where
+    expect = resolve(plan.expect, recv)
+    if expect is Expect.INTEGRITY:
+        where = FrameLabel(**recv["label"]) if recv.get("label") else None
+        expected = (f"IntegrityError at rank {dst}: {_where(where)}" if where
                     else f"IntegrityError at rank {dst}: {src}->{dst} at the tampered frame")
         if recv["status"] == "error":
-            observed = (f"{recv['type']} at rank {dst}: {recv.get('link')} {recv.get('collective')} "
-                        f"step {recv.get('step')}")
-            hit = (recv["integrity"] and where is not None and recv.get("link") == f"{src}->{dst}"
-                   and recv.get("collective") == where[0] and (where[1] is None or recv.get("step") == str(where[1])))
-            if not hit:
+            got = FrameLabel(**recv["error_label"]) if recv.get("error_label") else None
+            observed = f"{recv['type']} at rank {dst}: {_where(got)}"
+            if not (recv["integrity"] and where is not None and got == where):
                 problems.append(f"not at frame {plan.target} of link {src}->{dst} ({recv['message'][:120]})")
         else:
             observed = f"rank {dst} returned a {'correct' if recv['correct'] else 'WRONG'} result"
             problems.append("not detected")
-    elif plan.expect == "correct":
+    elif expect is Expect.CORRECT:
         expected = f"correct result, a frame {_DELAY_S:g}s late"
         errs = [r for r, o in enumerate(outcomes) if o["status"] != "ok"]
         observed = ("correct result on every rank" if not errs and not wrong else
                     "; ".join(f"rank {r}: {outcomes[r].get('type', 'wrong result')}" for r in errs + wrong))
         if errs:
             problems.append("a delay was treated as an attack")
-    else:
+    elif expect is Expect.TIMEOUT:
         expected = f"PeerTimeoutError within {plan.timeout_s:g}s"
         timeouts = [(o["seconds"], r) for r, o in enumerate(outcomes)
                     if o["status"] == "error" and o["timeout"] and not o["abandoned"]]
@@ -431,9 +545,48 @@ def judge(attack: str, collective: str, n: int, src: int, dst: int, plan: Plan |
         else:
             observed = "; ".join(f"rank {r}: {o.get('type', 'returned')}" for r, o in enumerate(outcomes))
             problems.append("no timeout")
+    else:
+        expected, observed = _judge_setup(plan, outcomes, problems)
     if problems:
         observed = f"{observed} [{'; '.join(problems)}]"
     return {**row, "expected": expected, "observed": observed[:400], "passed": not problems}
+
+
+def _where(label: FrameLabel | None) -> str:
+    if label is None:
+        return "no frame named"
+    where = f"{label.link} {label.collective} step {'?' if label.step is None else label.step}"
+    return where if label.segment is None else f"{where} segment {label.segment}"
+
+
+def _judge_setup(plan: Plan, outcomes: list[dict], problems: list[str]) -> tuple[str, str]:
+    """Every rank must refuse the setup with a one-line setup error, within the timeout,
+    before any key of the attacked group seals or opens a frame."""
+    expected = "every rank refuses the setup, no key used"
+    refused = [r for r, o in enumerate(outcomes) if o["status"] == "error" and o["refused"]]
+    others = [r for r in range(len(outcomes)) if r not in refused]
+    used = {r: o.get("keys_used", 0) for r, o in enumerate(outcomes) if o.get("keys_used", 0)}
+    types = sorted({outcomes[r]["type"] for r in refused})
+    if not others and not used:
+        observed = f"{'/'.join(types)} on every rank, no key used"
+    else:
+        observed = f"{'/'.join(types)} on rank(s) {refused}" if refused else "no rank refused the setup"
+    if others:
+        problems.append("; ".join(f"rank {r}: {outcomes[r].get('type', 'the setup passed')}" for r in others))
+    if used:
+        problems.append(f"frames sealed or opened under the attacked group's keys: {used}")
+    slow = [r for r in refused if outcomes[r]["seconds"] > plan.timeout_s + 2.0]
+    if slow:
+        problems.append(f"too late on rank(s) {slow}")
+    multi = [r for r in refused if not outcomes[r]["one_line"]]
+    if multi:
+        problems.append(f"a reason of more than one line on rank(s) {multi}")
+    return expected, observed
+
+
+def cases(attacks: list[str], collectives: list[str]) -> list[tuple[str, str]]:
+    """Every (attack, collective) pair that is a case, collectives outermost."""
+    return [(a, c) for c in collectives for a in attacks if applies(a, c)]
 
 
 def run_selftest(attacks: list[str], collectives: list[str], settings: CommSettings,
@@ -443,19 +596,15 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
     Keys: ``secret`` if given; else the authenticated exchange if ``CCDDP_IDENTITY`` is
     set; else the pre-shared secret from the environment. Every rank returns the same
     rows (keys ``attack``, ``collective``, ``world_size``, ``expected``, ``observed``,
-    ``passed``).
+    ``passed``), judged from outcomes every rank sent sealed; a report the host altered
+    raises :class:`~ccddp.errors.IntegrityError` instead.
 
     Example (on every rank)::
 
-        rows = run_selftest(["flip", "replay"], ["all_reduce"], CommSettings(segment_bytes=1024))
+        rows = run_selftest(["flip", "replay"], ["all_reduce", "setup"], CommSettings(segment_bytes=1024))
         assert all(r["passed"] for r in rows)
     """
-    for a in attacks:
-        if a not in ATTACKS:
-            raise ConfigError(f"unknown attack {a!r}; choose from {', '.join(ATTACKS)}")
-    for c in collectives:
-        if c not in COLLECTIVES:
-            raise ConfigError(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}")
+    _check_lists(attacks, collectives)
     if dist.get_world_size() < 2:
         raise ConfigError("selftest needs a world size of at least 2")
     if not settings.secure:
@@ -463,14 +612,33 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
     if secret is None and KeyEstablishment.from_env() is None:
         secret = GroupSecret.from_env()
     # else: with CCDDP_IDENTITY set, each case's SecureGroup runs the authenticated exchange.
-    # One nonce for this job, so abort flags of two selftests on one store never mix.
-    prefix = exchange_bytes(os.urandom(8).hex().encode())[0].decode()
-    rows, case = [], 0
-    for collective in collectives:
-        for attack in attacks:
-            case += 1
-            rows.append(run_case(case, attack, collective, secret, settings, short_timeout_s, prefix))
-    return rows
+    # The report's own group: clean (no adversary of ours on it), secure, and patient enough
+    # for a rank that is still finishing a case another rank has left.
+    wait_s = 3 * settings.timeout_s + 30
+    report = SecureGroup(CommSettings(impl="secure", timeout_s=wait_s), secret,
+                         dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s)))
+    run = SelftestRun(secret, settings, short_timeout_s, report)
+    try:
+        return [run_case(i, attack, collective, run)
+                for i, (attack, collective) in enumerate(cases(attacks, collectives), start=1)]
+    finally:
+        # Waits a rank gave up when another stopped end within their timeout; the process
+        # must not tear its process groups down under them.
+        for tr in run.transports:
+            tr.settle()
+        report.close()
+
+
+def _check_lists(attacks: list[str], collectives: list[str]) -> None:
+    for a in attacks:
+        if a not in ATTACKS:
+            raise ConfigError(f"unknown attack {a!r}; choose from {', '.join(ATTACKS)}")
+    for c in collectives:
+        if c not in COLLECTIVES:
+            raise ConfigError(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}")
+    if not cases(attacks, collectives):
+        raise ConfigError(f"no case: {', '.join(attacks)} against {', '.join(collectives)} "
+                          f"(the setup takes {', '.join(SETUP_ATTACKS)}; collectives take {', '.join(DATA_ATTACKS)})")
 
 
 # -- faults (one torchrun job each) -------------------------------------------------------
@@ -557,9 +725,11 @@ def run_fault(name: str, timeout_s: float, attack: str = "flip") -> None:
 
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ccddp selftest", description=__doc__.splitlines()[0], add_help=add_help)
-    p.add_argument("--attacks", default=",".join(ATTACKS), help=f"comma list of {', '.join(ATTACKS)}")
+    p.add_argument("--attacks", default=",".join(ATTACKS),
+                   help=f"comma list of {', '.join(ATTACKS)} (the setup takes {', '.join(SETUP_ATTACKS)})")
     p.add_argument("--collectives", default=None,
-                   help=f"comma list of {', '.join(COLLECTIVES)} (default: all; ddp_step if ccddp.ddp is built)")
+                   help=f"comma list of {', '.join(COLLECTIVES)} (default: all; ddp_step if ccddp.ddp is built; "
+                        "setup: the messages that set a secure group up)")
     p.add_argument("--impl", default="secure", choices=["secure", "secure-naive"])
     p.add_argument("--timeout", type=float, default=10.0, help="seconds a rank may wait on a peer")
     p.add_argument("--stall-timeout", type=float, default=2.0,
@@ -576,12 +746,7 @@ def parse_lists(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         collectives = [c for c in args.collectives.split(",") if c]
     else:
         collectives = [c for c in COLLECTIVES if c != "ddp_step" or ddp_available()]
-    for a in attacks:
-        if a not in ATTACKS:
-            raise ConfigError(f"unknown attack {a!r}; choose from {', '.join(ATTACKS)}")
-    for c in collectives:
-        if c not in COLLECTIVES:
-            raise ConfigError(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}")
+    _check_lists(attacks, collectives)
     if "ddp_step" in collectives and not ddp_available():
         raise ConfigError("ddp_step needs ccddp.ddp.SecureDDP, which this installation lacks")
     if args.timeout <= 0 or args.stall_timeout <= 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -85,11 +86,15 @@ def run(args: argparse.Namespace) -> int:
     print_table(selftest_table(rows, f"ccddp selftest, world size {args.world_size}, impl {args.impl}, keys: {keys}"))
     passed = sum(r["passed"] for r in rows)
     print(f"{passed} of {len(rows)} cases passed")
+    if failure is not None and passed == len(rows):
+        # The verdict is the AND over ranks: rank 0's rows passed, but another rank stopped
+        # (e.g. a report that failed authentication there).
+        print(f"ccddp: error: a rank failed: {failure}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**result, "rows": [{k: r[k] for k in ROW_KEYS} for r in rows]}, f, indent=2)
         print(f"wrote {args.json}")
-    return 0 if passed == len(rows) else 1
+    return 0 if passed == len(rows) and failure is None else 1
 
 
 def selftest_table(rows: list[dict], title: str = ""):

@@ -31,6 +31,20 @@ must therefore be followed by one of the same size (the adversary checks this).
 frames sent on the link since the last ``arm()``. Frames of earlier windows stay in the
 history, so a splice can take a frame from a previous collective (another bucket).
 
+The setup of a group crosses the transport too (:meth:`Transport.exchange`: the
+all-gathers that carry each rank's contribution, its key confirmation and its verdict).
+:class:`SetupRule` objects attack what rank ``dst`` receives of rank ``src``'s message in
+the ``nth`` exchange since ``arm()``:
+
+=========  ===========================================================================
+flip       flip one bit of ``src``'s message, in byte ``byte`` (default: the middle one)
+swap       deliver ``dst``'s own message in ``src``'s slot and ``src``'s in ``dst``'s
+replay     ``src``'s message of the same exchange of an earlier setup (another group,
+           an earlier run): the transports of one rank can share a history of setups
+drop       ``src``'s message never arrives: its slot comes back empty
+reorder    ``src``'s message of the previous exchange of this setup in place of this one
+=========  ===========================================================================
+
 Frames travel with the P2P ``tag`` given at construction, so frames a failed run left
 behind can never be matched by a later run on the same process group; an
 :class:`AbortSignal` lets the rank that detects an attack release its peers at once
@@ -43,6 +57,9 @@ Example::
     all_reduce(x, g)                                   # clean: history, window 0
     tr.arm([Rule("flip", src=0, dst=1, nth=2)])
     all_reduce(x, g)                                   # rank 1 raises IntegrityError
+
+    tr.arm([SetupRule("flip", src=0, dst=1, nth=1)])   # rank 0's key confirmation
+    SecureGroup(CommSettings(timeout_s=10), secret, transport=tr)   # ConfigError on every rank
 """
 
 from __future__ import annotations
@@ -56,9 +73,10 @@ import torch
 import torch.distributed as dist
 
 from ccddp.comm.transport import Transport
-from ccddp.errors import ConfigError, PeerTimeoutError
+from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
 
 ATTACKS = ("flip", "truncate", "replay", "splice", "reorder", "drop", "delay")
+SETUP_ATTACKS = ("flip", "swap", "replay", "drop", "reorder")
 
 _POLL_S = 0.0005
 _ABORT_POLL_S = 0.005
@@ -108,6 +126,40 @@ class Rule:
 
     def as_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class SetupRule:
+    """One attack on the setup: what rank ``dst`` receives of rank ``src``'s message in
+    exchange ``nth`` (counted from ``arm()``; a group's setup is exchanges 0, 1, 2:
+    contributions, confirmations, verdicts). ``byte`` is the byte a flip changes (default:
+    the middle one); ``sessions_back`` picks the earlier setup a replay draws from (1: the
+    one before this).
+
+    Example::
+
+        SetupRule("replay", src=0, dst=1, nth=0)    # rank 0's contribution of an earlier session
+        SetupRule("swap", src=0, dst=1, nth=1)      # confirmations of ranks 0 and 1 swapped
+    """
+
+    attack: str
+    src: int
+    dst: int
+    nth: int = 0
+    byte: int | None = None
+    sessions_back: int = 1
+
+    def __post_init__(self) -> None:
+        if self.attack not in SETUP_ATTACKS:
+            raise ConfigError(f"unknown setup attack {self.attack!r}; choose from {', '.join(SETUP_ATTACKS)}")
+        if self.nth < 0 or self.sessions_back < 1 or self.src == self.dst:
+            raise ConfigError("setup rule needs nth >= 0, sessions_back >= 1 and src != dst")
+        if self.attack == "reorder" and self.nth < 1:
+            raise ConfigError("reorder moves a message of the previous exchange: nth >= 1")
+
+
+class AbandonedWait(PeerTimeoutError):
+    """A wait this rank gave up because another rank failed first (the abort signal)."""
 
 
 class AbortSignal:
@@ -174,15 +226,22 @@ def _tensor(data: bytes) -> torch.Tensor:
 
 class AdversarialTransport(Transport):
     """A :class:`Transport` that applies :class:`Rule` attacks to the frames this rank sends
-    and labels the frames it receives (``what`` of the wait), so a test can tell which
-    frame a receiver rejected. Put one on every rank, with the same rules."""
+    and the :class:`SetupRule` attacks to the setup messages it receives, and labels the
+    frames it receives (the :class:`~ccddp.errors.FrameLabel` of the wait), so a test can
+    tell which frame a receiver rejected. Put one on every rank, with the same rules.
 
-    def __init__(self, pg: dist.ProcessGroup, timeout_s: float, rules: list[Rule] | tuple = (), *,
-                 tag: int = 0, abort: AbortSignal | None = None, history_bytes: int = 64 << 20) -> None:
+    ``setup_history`` (a list, shared by the transports of one rank) keeps every setup
+    this rank received, one list of exchanges per setup, for replays across groups."""
+
+    def __init__(self, pg: dist.ProcessGroup, timeout_s: float, rules: list[Rule | SetupRule] | tuple = (), *,
+                 tag: int = 0, abort: AbortSignal | None = None, history_bytes: int = 64 << 20,
+                 setup_history: list[list[list[bytes]]] | None = None) -> None:
         super().__init__(pg, timeout_s)
         self.tag = tag
         self.abort = abort
-        self.rules: list[Rule] = list(rules)
+        self.rules: list[Rule | SetupRule] = list(rules)
+        self.setup_history: list[list[list[bytes]]] = setup_history if setup_history is not None else []
+        self._exchange_index = 0
         self.window = 0
         self.applied: list[dict] = []
         self._history_bytes = history_bytes
@@ -193,7 +252,7 @@ class AdversarialTransport(Transport):
         self._recv: dict[int, deque] = defaultdict(deque)   # src -> (window, index, bytes)
         self._kept = 0
         self.sent_sizes: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-        self.recv_labels: dict[int, dict[int, dict[int, str]]] = defaultdict(lambda: defaultdict(dict))
+        self.recv_labels: dict[int, dict[int, dict[int, FrameLabel]]] = defaultdict(lambda: defaultdict(dict))
         self._order: deque = deque()
         self._held: dict[int, torch.Tensor] = {}
         self._must_match: dict[int, tuple[int, str]] = {}
@@ -201,9 +260,10 @@ class AdversarialTransport(Transport):
         # gloo may still write into a receive buffer of an abandoned run: keep every
         # tensor handed to gloo alive for the life of the transport.
         self._in_flight: list = []
+        self._abandoned: list[threading.Thread] = []
 
     # -- control ---------------------------------------------------------------------
-    def arm(self, rules: list[Rule] | None = None) -> None:
+    def arm(self, rules: list[Rule | SetupRule] | None = None) -> None:
         """Start a new window (``nth`` counts from here); replace the rules if given."""
         with self._lock:
             if rules is not None:
@@ -211,11 +271,57 @@ class AdversarialTransport(Transport):
             self.window += 1
             self._send_index.clear()
             self._recv_index.clear()
+            self._exchange_index = 0
 
-    def label(self, src: int, index: int, window: int | None = None) -> str | None:
-        """The ``what`` this rank waited with on frame ``index`` from ``src`` (None if it
+    def label(self, src: int, index: int, window: int | None = None) -> FrameLabel | None:
+        """The label this rank waited with on frame ``index`` from ``src`` (None if it
         never waited on it)."""
         return self.recv_labels[self.window if window is None else window][src].get(index)
+
+    # -- the setup ---------------------------------------------------------------------
+    def exchange(self, blob: bytes) -> list[bytes]:
+        with self._lock:
+            nth = self._exchange_index
+            self._exchange_index += 1
+            if nth == 0:
+                self.setup_history.append([])   # a new setup begins
+            session = self.setup_history[-1]
+            earlier = self.setup_history[:-1]
+        received = [bytes(b) for b in super().exchange(blob)]
+        session.append(list(received))
+        for rule in self.rules:
+            if isinstance(rule, SetupRule) and self.window > 0 and rule.dst == self.rank and rule.nth == nth:
+                received = self._tamper_setup(rule, received, session, earlier)
+        return received
+
+    def _tamper_setup(self, rule: SetupRule, received: list[bytes], session: list[list[bytes]],
+                      earlier: list[list[list[bytes]]]) -> list[bytes]:
+        out, src, dst, nth = list(received), rule.src, rule.dst, rule.nth
+        if max(src, dst) >= len(out):
+            raise AdversaryError(f"setup {rule.attack}: no rank {max(src, dst)} in a group of {len(out)}")
+        if rule.attack == "flip":
+            byte = len(out[src]) // 2 if rule.byte is None else rule.byte
+            if not 0 <= byte < len(out[src]):
+                raise AdversaryError(f"setup flip: rank {src}'s message {nth} has no byte {byte}")
+            data = bytearray(out[src])
+            data[byte] ^= 0x01
+            out[src] = bytes(data)
+        elif rule.attack == "swap":
+            out[src], out[dst] = out[dst], out[src]
+        elif rule.attack == "replay":
+            if len(earlier) < rule.sessions_back or len(earlier[-rule.sessions_back]) <= nth:
+                raise AdversaryError(f"setup replay: no earlier setup {rule.sessions_back} back with an "
+                                     f"exchange {nth} on this rank")
+            out[src] = earlier[-rule.sessions_back][nth][src]
+        elif rule.attack == "drop":
+            out[src] = b""
+        elif rule.attack == "reorder":
+            out[src] = session[nth - 1][src]
+        if out == received:
+            raise AdversaryError(f"setup {rule.attack}: rank {src}'s message {nth} would arrive unchanged")
+        self.applied.append({"attack": f"setup-{rule.attack}", "src": src, "dst": dst, "index": nth,
+                             "window": self.window, "bytes": len(received[src])})
+        return out
 
     # -- frames out --------------------------------------------------------------------
     def _post(self, wire: torch.Tensor, dst: int):
@@ -278,7 +384,8 @@ class AdversarialTransport(Transport):
             held = self._held.pop(dst, None)
             original = _bytes(frame)
             wire, result, delay = frame, None, 0.0
-            rules = [r for r in self.rules if self.window > 0 and r.hits(self.rank, dst, index)]
+            rules = [r for r in self.rules
+                     if isinstance(r, Rule) and self.window > 0 and r.hits(self.rank, dst, index)]
             for rule in rules:
                 if rule.attack == "flip":
                     bit = rule.bit if rule.bit is not None else size * 4
@@ -319,6 +426,14 @@ class AdversarialTransport(Transport):
                 return
             time.sleep(min(0.01, max(0.0, end - time.monotonic())))
 
+    def settle(self) -> None:
+        """Wait for the waits this transport abandoned to end (each within the timeout it
+        was started with). Call it before the process exits: a thread still blocked in a
+        gloo wait when the process group is torn down aborts the process."""
+        for thread in self._abandoned:
+            thread.join()
+        self._abandoned.clear()
+
     # -- frames in ---------------------------------------------------------------------
     def irecv(self, frame: torch.Tensor, src: int, tag: int = 0):
         with self._lock:
@@ -332,21 +447,21 @@ class AdversarialTransport(Transport):
             self._pending[id(work)] = (src, index, frame, self.window)
         return work
 
-    def wait(self, work, peer: int, what: str, timeout=None) -> None:
+    def wait(self, work, peer: int, label: FrameLabel) -> None:
         info = self._pending.pop(id(work), None)
         if info is not None:
-            self.recv_labels[info[3]][info[0]][info[1]] = what
+            self.recv_labels[info[3]][info[0]][info[1]] = label
         if isinstance(work, _Accepted):
             pass
         elif self.abort is None:
-            super().wait(work, peer, what, timeout)
+            super().wait(work, peer, label)
         else:
-            self._wait_abortable(work, peer, what, timeout)
+            self._wait_abortable(work, peer, label)
         if info is not None:
             with self._lock:
                 self._remember(self._recv, info[0], info[1], _bytes(info[2]))
 
-    def _wait_abortable(self, work, peer: int, what: str, timeout=None) -> None:
+    def _wait_abortable(self, work, peer: int, label: FrameLabel) -> None:
         # gloo P2P work reports completion only from wait(), and a wait that times out
         # closes the connection to that peer, so waits cannot be sliced: the wait runs on
         # a helper thread and this thread watches the abort flag. An abandoned helper ends
@@ -356,16 +471,19 @@ class AdversarialTransport(Transport):
 
         def waiter() -> None:
             try:
-                Transport.wait(self, work, peer, what, timeout)
+                Transport.wait(self, work, peer, label)
             except BaseException as e:  # handed to the caller below
                 failure.append(e)
             finally:
                 done.set()
 
-        threading.Thread(target=waiter, name="ccddp-adversary-wait", daemon=True).start()
+        thread = threading.Thread(target=waiter, name="ccddp-adversary-wait", daemon=True)
+        thread.start()
         while not done.wait(_POLL_S * 4):
             reason = self.abort.reason()
             if reason is not None:
-                raise PeerTimeoutError(f"rank {self.rank}: {what} with rank {peer} abandoned: {reason}")
+                self._abandoned.append(thread)
+                raise AbandonedWait(f"rank {self.rank}: stopped waiting for rank {peer} ({label}): {reason}",
+                                    label=label)
         if failure:
             raise failure[0]

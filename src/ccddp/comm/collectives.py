@@ -36,7 +36,7 @@ from ccddp.comm.reduce import Reduction
 from ccddp.comm.tree import run_tree_allreduce, tree_links
 from ccddp.crypto.aad import DTYPE_NAME_BYTES, FrameContext, Op, Phase, dtype_field
 from ccddp.crypto.channel import TAG_BYTES
-from ccddp.errors import ConfigError, PeerTimeoutError
+from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
 
 _DESC = struct.Struct(f">BBQ{DTYPE_NAME_BYTES}sI16s")
 
@@ -102,7 +102,7 @@ class _Descriptors:
         g, seq, mine, tr = self.g, self.seq, self.mine, self.g.transport
         mismatch = None
         for p in self.recv_from:
-            tr.wait(self.works[p], p, f"descriptor exchange of collective #{seq}")
+            tr.wait(self.works[p], p, FrameLabel(f"{p}->{g.rank}", f"descriptor#{seq}", 0))
             theirs = bytearray(len(mine))
             aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, p, g.rank, len(mine), "").pack()
             g.rx(p).open(self.frames[p].numpy(), theirs, aad, collective=f"descriptor#{seq}", step=0)
@@ -118,7 +118,7 @@ class _Descriptors:
         # differs instead of timing out on a sender that exited.
         for w, p in self.sends:
             try:
-                tr.wait(w, p, f"descriptor exchange of collective #{seq}")
+                tr.wait(w, p, FrameLabel(f"{g.rank}->{p}", f"descriptor#{seq}", 0))
             except PeerTimeoutError:
                 if mismatch is None:
                     raise

@@ -22,7 +22,7 @@ from ccddp.comm.group import SecureGroup
 from ccddp.comm.pipeline import dtype_name
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
-from ccddp.errors import ConfigError
+from ccddp.errors import ConfigError, FrameLabel
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -61,11 +61,11 @@ def _pairwise(g: SecureGroup, op: Op, sends: dict[int, torch.Tensor], recvs: dic
     if incoming:
         desc.verify()
     for p, out, frame, work in incoming:
-        tr.wait(work, p, f"receive in {where} step 0")
+        tr.wait(work, p, FrameLabel(f"{p}->{g.rank}", where, 0, 0))
         g.rx(p).open(frame.numpy(), out.numpy(), aad(p, g.rank, out.numel()), collective=where, step=0)
         g.counters.add_message(sealed=False)
     for work, p in outgoing:
-        tr.wait(work, p, f"send in {where}")
+        tr.wait(work, p, FrameLabel(f"{g.rank}->{p}", where))
     desc.verify()
 
 
@@ -89,7 +89,7 @@ def all_to_all(outputs: list[torch.Tensor], inputs: list[torch.Tensor], group: S
                           f"but expects {outs[r].numel()}")
     outs[r].copy_(ins[r])
     _pairwise(group, Op.ALL_TO_ALL, {p: ins[p] for p in range(n) if p != r},
-              {p: outs[p] for p in range(n) if p != r}, dtype_name(outs[r]) if n else str(dtype), 0, 0)
+              {p: outs[p] for p in range(n) if p != r}, str(dtype).removeprefix("torch."), 0, 0)
     return outputs
 
 

@@ -16,6 +16,7 @@ from ccddp.comm.plan import Step, segment_bounds
 from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
+from ccddp.errors import FrameLabel
 
 
 def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
@@ -58,7 +59,7 @@ def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, ta
     if recvs:
         gate()
     for (j, a, b, n, rx_frame), work in recvs:
-        tr.wait(work, st.recv_peer, f"receive in {where} step {st.index}")
+        tr.wait(work, st.recv_peer, FrameLabel(f"{st.recv_peer}->{g.rank}", where, st.index, j))
         aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, st.recv_peer, g.rank,
                            n, dtype).pack()
         if st.action == "copy":
@@ -72,4 +73,4 @@ def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, ta
     if recvs:
         g.counters.add_message(sealed=False)
     for work in sends:
-        tr.wait(work, st.send_peer, f"send in {where} step {st.index}")
+        tr.wait(work, st.send_peer, FrameLabel(f"{g.rank}->{st.send_peer}", where, st.index))

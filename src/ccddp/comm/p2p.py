@@ -40,7 +40,7 @@ from ccddp.comm.transport import Transport
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES, LinkChannel, link_id
 from ccddp.crypto.keys import derive_purpose_key
-from ccddp.errors import ConfigError, PeerTimeoutError
+from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
 
 
 def _plain(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -63,8 +63,8 @@ class PendingSend:
         return self._work.is_completed()
 
     def wait(self, timeout: timedelta | None = None) -> None:
-        self._links.transport.wait(self._work, self.peer, f"send to rank {self.peer} (tag {self.tag})",
-                                   timeout=timeout)
+        self._links._wait(self._work, self.peer, FrameLabel(f"{self._links.group.rank}->{self.peer}",
+                                                            f"send tag {self.tag}"), timeout)
 
 
 class PendingRecv:
@@ -83,9 +83,9 @@ class PendingRecv:
 
     def wait(self, timeout: timedelta | None = None) -> int:
         """Wait, verify and write the received tensor; returns the sender's rank."""
-        who = f"rank {self.peer}" if self.peer is not None else "any rank"
-        self._links.transport.wait(self._work, self.peer if self.peer is not None else -1,
-                                   f"receive from {who} (tag {self.tag})", timeout=timeout)
+        src = "any" if self.peer is None else str(self.peer)
+        self._links._wait(self._work, -1 if self.peer is None else self.peer,
+                          FrameLabel(f"{src}->{self._links.group.rank}", f"recv tag {self.tag}"), timeout)
         if self._open is None:
             src = self._work.source_rank()
             if not (0 <= src < self._links.group.world_size) or src == self._links.group.rank:
@@ -124,6 +124,17 @@ class SealedPeerLinks:
     def _aad(self, src: int, dst: int, tag: int, nbytes: int, dtype: str) -> bytes:
         return FrameContext(self.group.session_id, tag & ((1 << 64) - 1), Op.SEND_RECV, Phase.NONE, 0, 0,
                             src, dst, nbytes, dtype).pack()
+
+    def _wait(self, work, peer: int, label: FrameLabel, timeout: timedelta | None) -> None:
+        """The transport's bounded wait, or one bounded by the caller's ``timeout``."""
+        if timeout is None:
+            self.transport.wait(work, peer, label)
+            return
+        try:
+            work.wait(timeout)
+        except RuntimeError:
+            raise PeerTimeoutError(f"rank {self.group.rank}: {label}: no answer within "
+                                   f"{timeout.total_seconds():g}s", label=label) from None
 
     def _check_peer(self, peer: int, what: str) -> None:
         n = self.group.world_size

@@ -37,6 +37,7 @@ from ccddp.comm.plan import Step, segment_bounds
 from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
+from ccddp.errors import FrameLabel
 
 ANY_RANK = 0xFFFF
 
@@ -217,7 +218,7 @@ class _Pipeline:
             # A peer that called a different collective never receives this send: check
             # the descriptors first, so that fails with what differs, not a timeout.
             self.gate()
-            self.g.transport.wait(work, peer, f"send in {self.where}")
+            self.g.transport.wait(work, peer, FrameLabel(f"{self.g.rank}->{peer}", self.where))
 
     # -- flow ----------------------------------------------------------------------
     def flush(self, block: bool) -> None:
@@ -264,7 +265,8 @@ class _Pipeline:
                         if not w.is_completed():
                             self.flush(block=True)
                         self.gate()
-                        tr.wait(w, steps[s - 1].recv_peer, f"receive in {self.where} step {s - 1}")
+                        peer = steps[s - 1].recv_peer
+                        tr.wait(w, peer, FrameLabel(f"{peer}->{self.g.rank}", self.where, s - 1, j))
                     job = self.recv_job(s - 1, j)
                     if job is not None:
                         jobs.append(job)
@@ -282,7 +284,7 @@ class _Pipeline:
                 self.flush(block=False)
         self.flush(block=True)
         for w, peer in self.send_work:
-            tr.wait(w, peer, f"send in {self.where}")
+            tr.wait(w, peer, FrameLabel(f"{self.g.rank}->{peer}", self.where))
         self.send_work.clear()
         for k in range(len(self.slot_sends)):
             self._wait_slot(k)

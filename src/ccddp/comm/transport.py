@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from ccddp.errors import ConfigError, PeerTimeoutError
+from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
 
 
 class Transport:
@@ -79,16 +79,15 @@ class Transport:
         timeout): how a group's setup messages travel. Collective."""
         return exchange_bytes(blob, self.pg, self.timeout.total_seconds())
 
-    def wait(self, work, peer: int, what: str, timeout: timedelta | None = None) -> None:
-        """Wait for ``work`` (at most ``timeout``, default the transport's) or raise
-        :class:`PeerTimeoutError` naming the peer."""
-        timeout = timeout or self.timeout
+    def wait(self, work, peer: int, label: FrameLabel) -> None:
+        """Wait for ``work``, the send or receive of the frame ``label`` names, or raise
+        :class:`PeerTimeoutError` naming the peer (the error carries ``label``)."""
         try:
-            work.wait(timeout)
+            work.wait(self.timeout)
         except RuntimeError as e:
             raise PeerTimeoutError(
-                f"rank {self.rank}: {what} with rank {peer} did not complete within "
-                f"{timeout.total_seconds():g}s or the peer failed ({gloo_reason(e)})") from None
+                f"rank {self.rank}: waiting for rank {peer} ({label}): no answer within "
+                f"{self.timeout.total_seconds():g}s, or the peer failed ({gloo_reason(e)})", label=label) from None
 
 
 # A control message is small; a larger announced size is refused before allocating.

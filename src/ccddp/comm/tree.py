@@ -23,6 +23,7 @@ from ccddp.comm.plan import segment_bounds
 from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
+from ccddp.errors import FrameLabel
 
 
 def tree_links(rank: int, n: int) -> tuple[int | None, list[int]]:
@@ -104,14 +105,14 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
             frame = region
         sends.append((tr.isend(frame, dst, tag), dst))
 
-    def wait_rx(work, peer: int) -> None:
+    def wait_rx(work, peer: int, step: int, j: int) -> None:
         gate()
-        tr.wait(work, peer, f"receive in {where}")
+        tr.wait(work, peer, FrameLabel(f"{peer}->{g.rank}", where, step, j))
 
     for j in js:
         a, b = segs[j]
         for i, c in enumerate(children):
-            wait_rx(up_work[i][j], c)
+            wait_rx(up_work[i][j], c, 0, j)
             frame = up_rx[i][j]
             if secure:
                 out = plain[:per_frame[j]]
@@ -124,7 +125,7 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
     for j in js:
         a, b = segs[j]
         if parent is not None:
-            wait_rx(down_work[j], parent)
+            wait_rx(down_work[j], parent, 1, j)
             region = u8[a * isz:b * isz]
             if secure:
                 g.rx(parent).open(down_rx[0][j].numpy(), region.numpy(), ctx(Phase.TREE_DOWN, j, parent, g.rank),
@@ -134,4 +135,4 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
         for i, c in enumerate(children):
             seal_and_send(j, c, 1 + i, Phase.TREE_DOWN)
     for w, peer in sends:
-        tr.wait(w, peer, f"send in {where}")
+        tr.wait(w, peer, FrameLabel(f"{g.rank}->{peer}", where))

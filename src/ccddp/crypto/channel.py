@@ -118,7 +118,7 @@ class LinkChannel:
 
         return job
 
-    def open_job(self, frame, out, aad: bytes, *, collective: str = "?", step: int | str = "?",
+    def open_job(self, frame, out, aad: bytes, *, collective: str = "?", step: int | None = None,
                  segment: int | None = None) -> Job:
         """Take the next expected nonce now; return a job that verifies ``frame`` and writes
         the plaintext into ``out``, or zeroes ``out`` and raises :class:`IntegrityError`."""
@@ -150,6 +150,6 @@ class LinkChannel:
     def seal(self, plaintext, frame, aad: bytes) -> None:
         self.seal_job(plaintext, frame, aad)()
 
-    def open(self, frame, out, aad: bytes, *, collective: str = "?", step: int | str = "?",
+    def open(self, frame, out, aad: bytes, *, collective: str = "?", step: int | None = None,
              segment: int | None = None) -> None:
         self.open_job(frame, out, aad, collective=collective, step=step, segment=segment)()
