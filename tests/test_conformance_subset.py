@@ -1,0 +1,33 @@
+"""A representative slice of PyTorch's own backend suite (torch.testing._internal.
+distributed.distributed_test, as scripts/torch_conformance.sh runs in full) on the ccddp
+backend at world size 2: the collectives, point to point, barriers, object collectives
+and DDP. The full comparison with gloo is scripts/torch_conformance.sh."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+from wire_util import HERE, SECRET_HEX, SRC
+
+NAMES = ["test_all_reduce_sum", "test_all_reduce_group_max", "test_all_reduce_coalesced_sum", "test_broadcast",
+         "test_all_gather", "test_all_gather_coalesced_simple", "test_all_to_all_single_unequal_split",
+         "test_gather", "test_scatter", "test_send_recv", "test_barrier", "test_broadcast_object_list",
+         "test_DistributedDataParallelCPU", "test_ddp_uneven_inputs", "test_ddp_hook_parity_powerSGD"]
+SUBSET = " or ".join(f"({name} and not {name}_)" for name in NAMES)
+
+
+def test_pytorch_backend_suite_subset(tmp_path):
+    xml = tmp_path / "ccddp.xml"
+    env = dict(os.environ, BACKEND="ccddp", WORLD_SIZE="2", TEMP_DIR=str(tmp_path), CCDDP_GROUP_SECRET=SECRET_HEX,
+               CCDDP_SETTINGS='{"timeout_s": 120}', PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(HERE.parent / "scripts" / "torch_conformance.py"),
+                           "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-k", SUBSET, "--junitxml", str(xml)],
+                          env=env, capture_output=True, text=True, timeout=1500, cwd=tmp_path)
+    cases = list(ET.parse(xml).getroot().iter("testcase"))
+    failed = [c.get("name") for c in cases if any(ch.tag in ("failure", "error") for ch in c)]
+    passed = [c.get("name") for c in cases if not any(ch.tag in ("failure", "error", "skipped") for ch in c)]
+    assert not failed, proc.stdout[-4000:]
+    assert sorted(passed) == sorted(NAMES), (sorted(set(NAMES) - set(passed)), proc.stdout[-2000:])
