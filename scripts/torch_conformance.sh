@@ -18,7 +18,7 @@ export CCDDP_SETTINGS="${CCDDP_SETTINGS:-{\"timeout_s\": 120}}"
 for backend in gloo ccddp; do
     TEMP_DIR="$(mktemp -d)"
     export BACKEND="$backend" TEMP_DIR
-    args=(-q -p no:cacheprovider -o addopts="" --timeout 600 --junitxml "$OUT/$backend.xml")
+    args=(-v -p no:cacheprovider -o addopts="" --timeout 600 --junitxml "$OUT/$backend.xml")
     if [ -n "$FILTER" ]; then args+=(-k "$FILTER"); fi
     python -m pytest scripts/torch_conformance.py "${args[@]}" > "$OUT/$backend.log" 2>&1 || true
     tail -1 "$OUT/$backend.log"

@@ -116,3 +116,24 @@ def test_hugging_face_trainer_through_launch(tmp_path):
     markers = _bert_markers()
     assert found(markers, out["gloo_wire"]), "the initial parameter broadcast is visible under gloo"
     assert not found(markers, out["ccddp_wire"])
+
+
+def test_torch_registers_the_backend_through_its_entry_point(tmp_path):
+    """Installed, ccddp declares a ``torch.backends`` entry point (pyproject.toml): torch
+    calls it at import, so ``init_process_group("ccddp")`` works without importing ccddp.
+    Here a distribution on the path declares the same entry point as the project does."""
+    import tomllib
+
+    with open(HERE.parent / "pyproject.toml", "rb") as f:
+        declared = tomllib.load(f)["project"]["entry-points"]["torch.backends"]
+    info = tmp_path / "ccddp_entry_point_check-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ccddp-entry-point-check\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\n" + "".join(f"{k} = {v}\n" for k, v in declared.items()))
+    code = ("import sys, torch.distributed as dist\n"
+            "print('ccddp' in dist.Backend.backend_list, any(m == 'ccddp.backend.process_group' for m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(SRC)]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # Registered, and nothing heavy imported until a group is created.
+    assert out.stdout.split() == ["True", "False"], out.stdout
