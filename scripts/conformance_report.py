@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tomllib
 import xml.etree.ElementTree as ET
 
 
 def outcomes(path: str) -> dict[str, str]:
-    """test name -> passed / failed / skipped."""
+    """test name -> passed / failed / skipped, from JUnit XML or, for a run that has not
+    finished, from its ``pytest -v`` log."""
+    if not path.endswith(".xml"):
+        with open(path) as f:
+            found = re.findall(r"::(test\w+) (PASSED|FAILED|SKIPPED|ERROR)", f.read())
+        return {name: {"PASSED": "passed", "SKIPPED": "skipped"}.get(s, "failed") for name, s in found}
     out = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         status = "passed"

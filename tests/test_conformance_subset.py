@@ -10,15 +10,17 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from wire_util import HERE, SECRET_HEX, SRC
 
-NAMES = ["test_all_reduce_sum", "test_all_reduce_group_max", "test_all_reduce_coalesced_sum", "test_broadcast",
-         "test_all_gather", "test_all_gather_coalesced_simple", "test_all_to_all_single_unequal_split",
-         "test_gather", "test_scatter", "test_send_recv", "test_barrier", "test_broadcast_object_list",
-         "test_DistributedDataParallelCPU", "test_ddp_uneven_inputs", "test_ddp_hook_parity_powerSGD"]
+NAMES = ["test_all_reduce_sum", "test_all_reduce_coalesced_sum", "test_broadcast", "test_all_gather",
+         "test_all_to_all_single_unequal_split", "test_gather", "test_send_recv", "test_barrier",
+         "test_broadcast_object_list", "test_DistributedDataParallelCPU", "test_ddp_uneven_inputs"]
 SUBSET = " or ".join(f"({name} and not {name}_)" for name in NAMES)
 
 
+@pytest.mark.timeout(1500)
 def test_pytorch_backend_suite_subset(tmp_path):
     xml = tmp_path / "ccddp.xml"
     env = dict(os.environ, BACKEND="ccddp", WORLD_SIZE="2", TEMP_DIR=str(tmp_path), CCDDP_GROUP_SECRET=SECRET_HEX,

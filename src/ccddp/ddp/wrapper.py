@@ -3,13 +3,15 @@ its plaintext group (``cc="off"``, the measuring baseline), with per-iteration t
 
 With ``cc="on"`` everything DDP sends -- the parameter-shape check, the parameter and
 buffer syncs, the rebuilt bucket layout, every gradient bucket -- goes through the
-``ccddp`` backend, sealed, and the gradient all-reduces run on the group's op queue while
+``ccddp`` backend, sealed, and the gradient all-reduces run on a group's op queue while
 backward goes on. ``process_group=`` may be a ccddp group (used as is) or any group (a
 ccddp group over the same ranks is created: a collective call, as ``new_group`` is).
 
 Comm hooks compose: ``register_comm_hook`` takes any hook (PowerSGD, fp16/bf16
 compression, your own) and wraps it with the timing mark; without one, DDP's default
-all-reduce is registered at the first forward.
+all-reduce hook is registered at the first forward, on a second ccddp group over the same
+ranks (cc="on"): gradients and DDP's own syncs are then separate streams, counted apart
+(:meth:`counters`) and attacked apart (``ccddp selftest``), as a measurement wants.
 
 Example::
 
@@ -35,10 +37,6 @@ from ccddp.crypto import GroupSecret
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.ddp.hooks import HookState, timed
 from ccddp.errors import ConfigError
-
-# Operations whose crypto counts as gradient traffic in :meth:`SecureDDP.counters`.
-_GRADIENT_OPS = ("all_reduce", "all_reduce_coalesced")
-
 
 def ccddp_group(process_group: dist.ProcessGroup | None, settings: CommSettings | None,
                 secret: GroupSecret | None) -> ProcessGroupCCDDP:
@@ -73,13 +71,19 @@ class SecureDDP(DistributedDataParallel):
         super().__init__(module, process_group=process_group, forward_sync_buffers=broadcast_buffers,
                          bucket_cap_mb=bucket_cap_mb, **ddp_kwargs)
         pg = self.process_group
-        secure = pg if isinstance(pg, ProcessGroupCCDDP) else None
         self.cc = cc
-        self.ccddp_settings = secure.settings if secure else (settings or CommSettings(impl="gloo"))
-        self.hook_state = HookState(pg, secure.secure_group if secure else None, secure.queue if secure else None)
-        # The same SecureGroup: its secret, session id and counters (DDP's own syncs and the
-        # gradients share one group, as in plain DDP).
-        self.sync_group = self.hook_state.group
+        if isinstance(pg, ProcessGroupCCDDP):
+            grads = dist.new_group(dist.get_process_group_ranks(pg), backend=BACKEND_NAME,
+                                   timeout=timedelta(seconds=pg.settings.timeout_s),
+                                   pg_options=Options(settings=pg.settings, secret=secret))
+            self.ccddp_settings = pg.settings
+            self.hook_state = HookState(grads, grads.secure_group, grads.queue)
+            # DDP's own syncs: the secret, session id and counters of its group.
+            self.sync_group = pg.secure_group
+        else:
+            self.ccddp_settings = settings or CommSettings(impl="gloo")
+            self.hook_state = HookState(pg)
+            self.sync_group = None
         self._hooked = False
 
     def register_comm_hook(self, state: object, hook) -> None:
@@ -90,7 +94,7 @@ class SecureDDP(DistributedDataParallel):
     @torch.compiler.disable
     def _default_hook(self) -> None:
         if not self._hooked:
-            self.register_comm_hook(self.process_group, default_hooks.allreduce_hook)
+            self.register_comm_hook(self.hook_state.pg, default_hooks.allreduce_hook)
 
     def forward(self, *inputs, **kwargs):
         self._default_hook()
@@ -109,19 +113,15 @@ class SecureDDP(DistributedDataParallel):
                     raise model.comm_failure() from None
                 raise
         """
-        worker = self.hook_state.worker
-        return worker.failure if worker is not None else None
+        queues = [self.hook_state.worker, getattr(self.process_group, "queue", None)]
+        return next((q.failure for q in queues if q is not None and q.failure is not None), None)
 
     def counters(self) -> dict:
-        """Crypto counters of this rank: gradient all-reduces and everything else (DDP's
-        parameter, buffer and layout broadcasts) separately."""
+        """Crypto counters of this rank: the gradient group's and DDP's own syncs'
+        (parameter, buffer and layout broadcasts) separately."""
         empty = CryptoCounters().snapshot()
-        grads, sync = dict(empty), dict(empty)
-        if isinstance(self.process_group, ProcessGroupCCDDP):
-            for op, c in self.process_group.op_counters().items():
-                into = grads if op in _GRADIENT_OPS else sync
-                for k, v in c.items():
-                    into[k] += v
+        grads = self.hook_state.group.counters.snapshot() if self.hook_state.group else empty
+        sync = self.sync_group.counters.snapshot() if self.sync_group else empty
         return {"gradients": grads, "broadcasts": sync}
 
     def close(self) -> None:
