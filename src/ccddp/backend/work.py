@@ -35,41 +35,33 @@ def _seconds(timeout) -> float | None:
 class CollectiveWork(dist.Work):
     """A collective queued on ccddp's op queue; its future holds the output tensors."""
 
-    def __init__(self, future: torch.futures.Future, op: str) -> None:
+    def __init__(self, ticket, op: str) -> None:
         super().__init__()
-        self._future = future
+        self._ticket = ticket
+        self._future = ticket.future
         self.op = op
-        self._done = threading.Event()
-        future.add_done_callback(lambda _: self._done.set())
 
     def wait(self, timeout=None) -> bool:
         limit = _seconds(timeout)
-        if limit is not None and not self._done.wait(limit):
+        if not self._ticket.wait(limit):  # raises the collective's typed error
             raise PeerTimeoutError(f"{self.op} did not complete within {limit:g}s")
-        self._future.wait()  # re-raises the collective's typed error
         return True
 
     def get_future(self) -> torch.futures.Future:
         return self._future
 
     def is_completed(self) -> bool:
-        return self._future.done()
+        return self._ticket.done.is_set()
 
     def is_success(self) -> bool:
-        return self.is_completed() and self.exception() is None
+        return self.is_completed() and self._ticket.error is None
 
     def exception(self):
-        if not self._future.done():
-            return None
-        try:
-            self._future.value()
-        except Exception as e:
-            return e
-        return None
+        return self._ticket.error
 
     def result(self) -> list:
         self.wait()
-        return self._future.value()
+        return self._future.wait()
 
     def synchronize(self) -> None:
         pass
