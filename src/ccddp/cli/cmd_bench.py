@@ -19,9 +19,15 @@ def register(sub) -> None:
                          help="time gloo / ring / secure-naive / secure collectives (nccl-tests table)")
     p.add_argument("--world-size", type=int, default=2, help="local ranks to launch")
     p.set_defaults(func=run)
-    c = inner.add_parser("channel", help="secure channel seal/open vs raw AES-GCM on one thread")
-    c.add_argument("--size", default="4M", help="buffer size (default 4M)")
-    c.add_argument("--reps", type=int, default=40)
+    c = inner.add_parser("channel", help="secure channel seal/open vs raw AES-GCM on one thread; "
+                                         "--device cuda: the GPU engine vs a device copy and OpenSSL")
+    c.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the buffers live (default cpu)")
+    c.add_argument("--engine", choices=("openssl", "triton"), default=None,
+                   help="AES-GCM implementation (default: openssl on cpu, triton on cuda); triton on cpu runs "
+                        "Triton's interpreter: a correctness check, not a speed")
+    c.add_argument("--size", default=None, help="buffer size (default 4M; 64M on cuda; 64K for triton on cpu)")
+    c.add_argument("--reps", type=int, default=None, help="timed repetitions (default 40; 20 on cuda)")
     c.add_argument("--json", default=None)
     c.set_defaults(func=run_channel)
 
@@ -51,18 +57,66 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_channel(args: argparse.Namespace) -> int:
-    from ccddp.bench.channel import bench_channel
     from ccddp.bench.collectives import parse_size
+
+    engine = args.engine or ("triton" if args.device == "cuda" else "openssl")
+    if args.device == "cuda" and engine == "openssl":
+        raise ConfigError("OpenSSL cannot seal device memory: use --engine triton with --device cuda")
+    if args.reps is not None and args.reps < 1:
+        raise ConfigError("--reps must be >= 1")
+    if args.device == "cuda":
+        return _run_channel_cuda(parse_size(args.size or "64M"), args.reps or 20, args.json)
+    if engine == "triton":
+        return _check_channel_interpreted(parse_size(args.size or "64K"), args.json)
+    return _run_channel_host(parse_size(args.size or "4M"), args.reps or 40, args.json)
+
+
+def _write(path: str | None, schema: str, result: dict) -> None:
     from ccddp.bench.machine import machine_info
 
-    if args.reps < 1:
-        raise ConfigError("--reps must be >= 1")
-    r = bench_channel(parse_size(args.size), args.reps)
+    if path:
+        with open(path, "w") as f:
+            json.dump({"schema": schema, "machine": machine_info(), **result}, f, indent=2)
+        print(f"wrote {path}")
+
+
+def _run_channel_host(nbytes: int, reps: int, path: str | None) -> int:
+    from ccddp.bench.channel import bench_channel
+
+    r = bench_channel(nbytes, reps)
     g = r["gbps"]
     print(f"{r['bytes']} B, median of {r['reps']}: seal raw {g['raw_seal']:.2f} GB/s, channel {g['channel_seal']:.2f} "
           f"GB/s ({r['seal_ratio']:.0%}); open raw {g['raw_open']:.2f} GB/s, channel {g['channel_open']:.2f} GB/s "
           f"({r['open_ratio']:.0%})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"schema": "ccddp.bench.channel/1", "machine": machine_info(), **r}, f, indent=2)
+    _write(path, "ccddp.bench.channel/1", r)
+    return 0
+
+
+def _run_channel_cuda(nbytes: int, reps: int, path: str | None) -> int:
+    import torch
+
+    from ccddp.bench.channel import bench_device
+
+    if not torch.cuda.is_available():
+        print("ccddp bench channel --device cuda: no CUDA device here; nothing measured")
+        return 0
+    r = bench_device(nbytes, reps, "cuda")
+    r["gpu"] = torch.cuda.get_device_name()
+    print(f"{r['gpu']}, {r['bytes']} B, median (min-max) GB/s of {r['reps']}, "
+          f"every frame checked against OpenSSL ({r['checked_frames']}):")
+    for name, row in r["rows"].items():
+        print(f"  {name:13s} {row['gbps']:9.2f} ({row['gbps_min']:.2f}-{row['gbps_max']:.2f})  "
+              f"{row['vs_copy']:6.3f}x copy")
+    _write(path, "ccddp.bench.channel-device/1", r)
+    return 0
+
+
+def _check_channel_interpreted(nbytes: int, path: str | None) -> int:
+    from ccddp.bench.channel import bench_device
+
+    r = bench_device(nbytes, 1, "cpu")
+    r["label"] = "correctness-only: Triton's interpreter on the CPU; its times are not a speed of anything"
+    print(f"correctness-only (Triton interpreter on CPU, not a speed): {r['bytes']} B sealed and opened with and "
+          f"without pads, {r['checked_frames']} frames identical to OpenSSL's")
+    _write(path, "ccddp.bench.channel-device/1", r)
     return 0

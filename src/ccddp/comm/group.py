@@ -118,8 +118,8 @@ class SecureGroup:
             key = self.keys.link_key(src, dst)
         else:
             key = derive_link_key(self.secret, self.session_id, src, dst)
-        return LinkChannel(key, link_id(src, dst), f"{src}->{dst}", rotate_after=self.settings.rotate_after,
-                           counters=self.counters, recorder=self.recorder)
+        return LinkChannel(key, link_id(src, dst), f"{src}->{dst}", counters=self.counters, recorder=self.recorder,
+                           **self.settings.channel_options())
 
     def tx(self, dst: int) -> LinkChannel:
         """Channel sealing frames this rank sends to ``dst``."""
@@ -144,7 +144,7 @@ class SecureGroup:
             key = derive_purpose_key(self.secret, self.session_id, "allgather-group-key")
             self._group_rx[owner] = LinkChannel(
                 key, _GROUP_LINK_BASE | owner, f"group-key owner {owner}",
-                rotate_after=self.settings.rotate_after, counters=self.counters, recorder=self.recorder)
+                counters=self.counters, recorder=self.recorder, **self.settings.channel_options())
         return self._group_rx[owner]
 
     # -- buffers -------------------------------------------------------------------

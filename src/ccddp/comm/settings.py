@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, replace
 
-from ccddp.crypto.channel import DEFAULT_ROTATE_AFTER
+from ccddp.crypto.channel import DEFAULT_ROTATE_AFTER, AeadEngine
 from ccddp.errors import ConfigError
 
 IMPLS = ("gloo", "ring", "secure-naive", "secure")
@@ -43,6 +43,11 @@ class CommSettings:
     - ``check_descriptors``: exchange a sealed descriptor (op, length, dtype, settings) with
       each neighbour, in the same round trip as the collective's data (which then travels
       on a tag derived from it), so mismatches fail with a clear message.
+    - ``aead_engine``: ``auto`` (OpenSSL for host memory, the Triton engine for device
+      tensors) or ``triton`` (the Triton engine for every frame; CPU ones through Triton's
+      interpreter, for checks). Frames are the same either way.
+    - ``pad_budget_bytes``: keystream each link may keep generated ahead on the device
+      (pads); 0 = none.
     """
 
     impl: str = "secure"
@@ -56,6 +61,8 @@ class CommSettings:
     rotate_after: int = DEFAULT_ROTATE_AFTER
     timeout_s: float = 60.0
     check_descriptors: bool = True
+    aead_engine: str = AeadEngine.AUTO.value
+    pad_budget_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.impl not in IMPLS:
@@ -74,6 +81,11 @@ class CommSettings:
             raise ConfigError(f"rotate_after must be >= 1, got {self.rotate_after}")
         if not self.timeout_s > 0:
             raise ConfigError(f"timeout_s must be > 0, got {self.timeout_s}")
+        engines = tuple(e.value for e in AeadEngine)
+        if self.aead_engine not in engines:
+            raise ConfigError(f"aead_engine must be one of {', '.join(engines)}, got {self.aead_engine!r}")
+        if self.pad_budget_bytes < 0:
+            raise ConfigError(f"pad_budget_bytes must be >= 0, got {self.pad_budget_bytes}")
 
     @property
     def secure(self) -> bool:
@@ -92,9 +104,15 @@ class CommSettings:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
         return max(1, (os.cpu_count() or 1) // max(1, local))
 
+    def channel_options(self) -> dict:
+        """What every link channel of a group is built with, besides its key and counter."""
+        return {"rotate_after": self.rotate_after, "aead_engine": self.aead_engine,
+                "pad_budget": self.pad_budget_bytes}
+
     def fingerprint(self) -> str:
-        """Everything two ranks must agree on (timeouts and local thread counts may differ)."""
+        """Everything two ranks must agree on (timeouts, local thread counts and the local
+        crypto engine, whose frames are the same, may differ)."""
         d = self.as_dict()
-        d.pop("timeout_s")
-        d.pop("chains")
+        for local in ("timeout_s", "chains", "aead_engine", "pad_budget_bytes"):
+            d.pop(local)
         return json.dumps(d, sort_keys=True)
