@@ -117,7 +117,7 @@ class SealedPeerLinks:
                 g = self.group
                 secret = derive_purpose_key(g.secret, g.session_id, f"p2p/{src}->{dst}/tag/{tag}")
                 ch = LinkChannel(secret, link_id(src, dst), f"{src}->{dst} tag {tag}",
-                                 rotate_after=g.settings.rotate_after, counters=g.counters, recorder=g.recorder)
+                                 counters=g.counters, recorder=g.recorder, **g.settings.channel_options())
                 table[key] = ch
             return ch
 
