@@ -4,7 +4,8 @@ The threat model gives the host every byte torch.distributed carries. These test
 it below ccddp, at torch.distributed's own functions, so the same attack runs against
 any version of ccddp's code: :class:`HostileHost` wraps the calls through which a rank
 receives bytes (broadcast, the all-gathers, irecv) and hands each received tensor to a
-``rewrite`` callback before ccddp sees it.
+``rewrite`` callback before ccddp sees it. The ccddp backend's internal links are bare
+gloo backends, used through their own methods: their ``recv`` is wrapped too.
 """
 
 from __future__ import annotations
@@ -83,6 +84,16 @@ class HostileHost:
                 if orig is not None:
                     self._saved.append((module, name, orig))
                     setattr(module, name, make(orig))
+
+        def wrap_backend_recv(orig):
+            def call(backend, tensors, *args, **kwargs):
+                work = orig(backend, tensors, *args, **kwargs)
+                return _RewrittenRecv(work, tensors[0], self) if self.active else work
+            return call
+
+        orig = dist.ProcessGroupGloo.recv
+        self._saved.append((dist.ProcessGroupGloo, "recv", orig))
+        dist.ProcessGroupGloo.recv = wrap_backend_recv(orig)
         return self
 
     def uninstall(self) -> None:

@@ -34,7 +34,7 @@ MARKS = {
 #: Names whose use means "starts processes".
 SPAWNING_NAMES = {"run_ranks", "spawn", "torchrun", "subprocess", "multiprocessing", "mp", "Popen"}
 #: ccddp commands that launch ranks.
-LAUNCHING_COMMANDS = {"train", "bench", "characterize", "selftest", "calibrate"}
+LAUNCHING_COMMANDS = {"train", "bench", "characterize", "selftest", "calibrate", "validate", "launch"}
 
 
 def pytest_configure(config):

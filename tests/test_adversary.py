@@ -17,8 +17,8 @@ from __future__ import annotations
 import pytest
 
 from _security_util import spawn, values
-from ccddp.bench.selftest import (ATTACKS, COLLECTIVES, ROW_KEYS, SETUP_ATTACKS, Expect, Plan, cases, judge,
-                                  resolve)
+from ccddp.bench.selftest import Expect, Plan, judge, resolve
+from ccddp.bench.selftest_options import ATTACKS, COLLECTIVES, ROW_KEYS, SETUP_ATTACKS, cases
 from ccddp.comm.adversary import Rule, SetupRule
 from ccddp.errors import ConfigError, FrameLabel, IntegrityError, PeerTimeoutError
 

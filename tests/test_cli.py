@@ -94,7 +94,9 @@ def test_every_command_is_described_in_the_users_words_with_defaults():
 def test_world_sizes_below_two_are_refused(capsys):
     for argv in (["characterize", "--out", "x", "--world-sizes", "1,2"],
                  ["train", "--workload", "graphsage", "--cc", "off", "--world-size", "1"],
-                 ["bench", "collectives", "--world-size", "1"]):
+                 ["bench", "collectives", "--world-size", "1"],
+                 ["simulate", "--workload", "gpt2-xl", "--gpus", "1,4"],
+                 ["tune", "--workload", "gpt2-xl", "--gpus", "1"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "2" in err, err

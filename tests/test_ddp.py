@@ -33,12 +33,10 @@ def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=
         g = model.hook_state.group
         g.transport = transport_factory(g)
     if sync_transport_factory is not None:
-        model.sync_group.transport = sync_transport_factory(model.sync_group)
+        model.sync_group.transport = sync_transport_factory(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     calls, per_step = [], []
     if forbid_plain:
-        from ccddp.ddp import SecureProcessGroup
-
         forbidden = ["all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                      "reduce_scatter_tensor", "all_to_all", "gather", "scatter", "reduce", "all_gather_object",
                      "broadcast_object_list", "_broadcast_coalesced", "barrier", "send", "recv"]
@@ -48,10 +46,10 @@ def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=
             real = saved[name]
 
             def f(*a, **k):
-                # DDP's own buffer sync calls _broadcast_coalesced(process_group, ...): on
-                # the SecureProcessGroup that is a sealed ccddp broadcast, not plaintext.
+                # Anything on the ccddp group (the hook's all-reduce, DDP's own buffer sync
+                # through _broadcast_coalesced(process_group, ...)) is a sealed collective.
                 pg = a[0] if name == "_broadcast_coalesced" and a else k.get("group")
-                if isinstance(pg, SecureProcessGroup):
+                if pg is not None and dist.get_backend(pg) == "ccddp":
                     return real(*a, **k)
                 calls.append(name)
                 raise AssertionError(f"plaintext torch.distributed.{name} during a CC-on step")
@@ -115,9 +113,9 @@ def test_no_plaintext_collective_during_a_cc_on_step_and_counts():
     for r in res:
         assert r["calls"] == []
         # DDP's own collectives (run from C++, out of reach of the trap) go through the
-        # SecureProcessGroup: buffers before every forward, and in iteration 1 also rank
-        # 0's rebuilt bucket layout, which plain DDP would broadcast in the clear.
-        assert r["pg"] == "SecureProcessGroup"
+        # ccddp group: buffers before every forward, and in iteration 1 also rank 0's
+        # rebuilt bucket layout, which DDP on gloo would broadcast in the clear.
+        assert r["pg"] == "ProcessGroupCCDDP"
         b = [s.get("broadcast", 0) for s in r["per_step"]]
         assert b[0] >= 1 and b[1] > b[0] and b[2] == b[0], b
         # Seals per rank = 2(n-1) per all-reduce call (descriptors are counted apart).
@@ -127,14 +125,18 @@ def test_no_plaintext_collective_during_a_cc_on_step_and_counts():
 
 
 class _Tamper:
-    """Flips one bit of the ``nth`` frame this rank sends on ``group``."""
+    """Flips one bit of the ``nth`` frame this rank sends on ``group`` (counting only
+    frames sent while ``during()`` holds)."""
 
-    def __init__(self, group, nth=3):
+    def __init__(self, group, nth=3, during=lambda: True):
         self.inner = group.transport
         self.nth = nth
+        self.during = during
         self.sent = 0
 
     def isend(self, frame, dst, tag=0):
+        if not self.during():
+            return self.inner.isend(frame, dst, tag)
         self.sent += 1
         if self.sent == self.nth:
             frame = frame.clone()
@@ -160,11 +162,14 @@ def test_tampered_gradient_frame_stops_every_rank():
     assert res[0].type_name == "IntegrityError" and "1->0" in res[0].message, res[0]
 
 
-def _layout_tamper_factory(group):
-    # After construction, graphsage (no buffers) sends nothing on the sync group until
-    # iteration 1 rebuilds DDP's buckets: rank 0's frames 1 and 2 are the descriptor and
+def _layout_tamper_factory(model):
+    # After construction, graphsage (no buffers) broadcasts nothing until iteration 1
+    # rebuilds DDP's buckets: rank 0's broadcast frames 1 and 2 are the descriptor and
     # the data of the bucket-layout broadcast.
-    return _Tamper(group, nth=2) if group.rank == 0 else group.transport
+    group = model.sync_group
+    if group.rank != 0:
+        return group.transport
+    return _Tamper(group, nth=2, during=lambda: model.process_group.current_op == "broadcast")
 
 
 def _train_layout_tampered(rank, n):

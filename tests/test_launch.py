@@ -1,83 +1,139 @@
-"""An interrupted command leaves no rank behind: Ctrl-C (SIGINT to the command alone, as
-a terminal's Ctrl-C reaches it once torchrun runs in its own session) ends torchrun and
-every rank before the command returns, and ranks that ignore SIGTERM are killed."""
+"""``ccddp launch``: an unmodified DDP script (examples/ddp_tutorial.py asks for gloo) runs
+on the ccddp backend, ends with the same parameters as under plain torchrun, and its
+model data never appears on a socket; backends ccddp cannot seal are refused."""
 
 from __future__ import annotations
 
-import signal
+import os
+import re
 import subprocess
 import sys
-import textwrap
-import time
 
-import psutil
+import pytest
+import torch
 
+from wire_util import HERE, SRC, build_wiretap, found, torchrun, wire_bytes
 
-def _default_sigint() -> None:
-    # Background jobs (e.g. CI runners) start with SIGINT ignored, and that survives exec:
-    # give the command the default a user's shell gives it.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+EXAMPLE = str(HERE.parent / "examples" / "ddp_tutorial.py")
 
 
-def _gone(p: psutil.Process) -> bool:
+def _checksums(stdout: str) -> dict[int, tuple[str, str]]:
+    return {int(r): (b, c) for r, b, c in re.findall(r"rank (\d+): backend (\w+), world 2, params checksum (-?\d+\.\d{10})",
+                                                     stdout)}
+
+
+def _initial_parameter_markers() -> list[bytes]:
+    sys.path.insert(0, str(HERE.parent / "examples"))
     try:
-        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+        from ddp_tutorial import ToyModel
+    finally:
+        sys.path.pop(0)
+    torch.manual_seed(0)
+    model = ToyModel()
+    raw = b"".join(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes() for p in model.parameters())
+    return [raw[i:i + 16] for i in range(0, len(raw) - 16, 16) if len(set(raw[i:i + 16])) >= 10]
 
 
-def _ranks(cli: subprocess.Popen, n: int, deadline_s: float = 300) -> list[psutil.Process]:
-    """The command's rank processes, once all ``n`` run."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        assert cli.poll() is None, cli.communicate()[1][-2000:]
-        ranks = [p for p in psutil.Process(cli.pid).children(recursive=True)
-                 if "ccddp.bench.train" in " ".join(p.cmdline()) and "torch.distributed.run" not in p.cmdline()]
-        if len(ranks) == n:
-            return ranks
-        time.sleep(0.2)
-    raise AssertionError(f"{n} ranks did not start")
+def test_launch_runs_an_unmodified_script_sealed(tmp_path):
+    lib = build_wiretap(tmp_path)
+    (tmp_path / "gloo").mkdir()
+    (tmp_path / "ccddp").mkdir()
+    plain = torchrun([EXAMPLE, "--steps", "3"], wiretap=lib, wire_dir=tmp_path / "gloo", timeout=300)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    env = dict(os.environ, PYTHONPATH=str(SRC), LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(tmp_path / "ccddp"),
+               OMP_NUM_THREADS="1")
+    env.pop("CCDDP_GROUP_SECRET", None)  # a single-node launch makes its own
+    sealed = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--standalone", "--nproc-per-node", "2",
+                             EXAMPLE, "--steps", "3"], env=env, capture_output=True, text=True, timeout=300)
+    assert sealed.returncode == 0, sealed.stderr[-3000:]
+    before, after = _checksums(plain.stdout), _checksums(sealed.stdout)
+    assert set(before) == set(after) == {0, 1}
+    for r in (0, 1):
+        assert before[r][0] == "gloo" and after[r][0] == "ccddp"
+        assert after[r][1] == before[r][1], "same training, same parameters"
+    markers = _initial_parameter_markers()
+    assert len(markers) >= 10
+    assert found(markers, wire_bytes(tmp_path / "gloo")), "DDP's parameter broadcast is visible under gloo"
+    assert not found(markers, wire_bytes(tmp_path / "ccddp"))
 
 
-def test_ctrl_c_ends_every_rank_before_the_command_returns():
-    cli = subprocess.Popen([sys.executable, "-m", "ccddp.cli", "train", "--workload", "graphsage", "--size", "tiny",
-                            "--cc", "on", "--world-size", "2", "--steps", "1000000", "--warmup", "0"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                           preexec_fn=_default_sigint)
-    ranks: list[psutil.Process] = []
-    try:
-        ranks = _ranks(cli, 2)
-        time.sleep(2.0)  # importing torch or already training: either way they must go
-        cli.send_signal(signal.SIGINT)
-        _, stderr = cli.communicate(timeout=120)
-        alive = [p.pid for p in ranks if not _gone(p)]
-        assert not alive, f"ranks {alive} outlived the command"
-        assert cli.returncode == 130 and stderr.strip().splitlines()[-1] == "ccddp: interrupted", stderr[-2000:]
-    finally:  # never leave a rank running, whatever failed
-        for p in ranks + (psutil.Process(cli.pid).children(recursive=True) if cli.poll() is None else []):
-            if not _gone(p):
-                p.kill()
-        cli.kill()
+def test_backend_names_are_rewritten_or_refused():
+    from ccddp.backend.intercept import secure_backend
+    from ccddp.errors import ConfigError
+
+    assert secure_backend("gloo") == "ccddp"
+    assert secure_backend("cpu:gloo") == "cpu:ccddp"
+    assert secure_backend("ccddp") == "ccddp"
+    assert secure_backend(None) is None
+    for name in ("nccl", "cpu:gloo,cuda:nccl", "mpi"):
+        with pytest.raises(ConfigError, match="cannot seal"):
+            secure_backend(name)
 
 
-# A "torchrun" that ignores SIGTERM and starts a "rank" in a session of its own that
-# ignores it too: only the kill after the grace period ends them.
-STUBBORN = textwrap.dedent("""
-    import signal, subprocess, sys, time
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                      "print('ready', flush=True); time.sleep(600)"], start_new_session=True)
-    time.sleep(600)
-""")
+def test_torchrun_arguments_start_the_script_through_the_interceptor():
+    from ccddp.cli.cmd_launch import torchrun_argv
+
+    assert torchrun_argv(["--nproc-per-node", "2", "train.py", "--lr", "1"]) == [
+        "--nproc-per-node", "2", "-m", "ccddp.backend.intercept", "train.py", "--lr", "1"]
+    assert torchrun_argv(["--standalone", "-m", "pkg.train", "x"]) == [
+        "--standalone", "-m", "ccddp.backend.intercept", "-m", "pkg.train", "x"]
 
 
-def test_stop_kills_what_ignores_sigterm_after_the_grace_period():
-    from ccddp.bench.launch import stop
+def _bert_markers() -> list[bytes]:
+    from transformers import BertConfig, BertForSequenceClassification
 
-    proc = subprocess.Popen([sys.executable, "-c", STUBBORN], start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline() == "ready\n"  # both ignore SIGTERM now
-    (rank,) = psutil.Process(proc.pid).children()
-    stop(proc, grace_s=0.5)
-    assert proc.returncode == -signal.SIGKILL
-    assert _gone(rank)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=32, num_labels=2)
+    raw = b"".join(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+                   for p in BertForSequenceClassification(config).parameters())
+    return [raw[i:i + 16] for i in range(0, len(raw) - 16, 4096) if len(set(raw[i:i + 16])) >= 10]
+
+
+def test_hugging_face_trainer_through_launch(tmp_path):
+    """Accelerate picks gloo for CPU ranks whatever ``ddp_backend`` says; ``ccddp launch``
+    serves it with ccddp without a change to the script."""
+    script = str(HERE / "hf_trainer_main.py")
+    lib = build_wiretap(tmp_path)
+    out = {}
+    for backend in ("gloo", "ccddp"):
+        d = tmp_path / backend
+        (d / "wire").mkdir(parents=True)
+        if backend == "gloo":
+            proc = torchrun([script, str(d)], wiretap=lib, wire_dir=d / "wire", timeout=600)
+        else:
+            env = dict(os.environ, PYTHONPATH=str(SRC), LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(d / "wire"),
+                       OMP_NUM_THREADS="1")
+            proc = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--standalone", "--nproc-per-node",
+                                   "2", script, str(d)], env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[backend] = [torch.load(d / f"rank{r}.pt") for r in range(2)]
+        out[backend + "_wire"] = wire_bytes(d / "wire")
+    for r in range(2):
+        assert out["gloo"][r]["backend"] == "gloo" and out["ccddp"][r]["backend"] == "ccddp"
+        assert torch.equal(out["gloo"][r]["params"], out["ccddp"][r]["params"])
+        assert out["gloo"][r]["loss"] == out["ccddp"][r]["loss"]
+    markers = _bert_markers()
+    assert found(markers, out["gloo_wire"]), "the initial parameter broadcast is visible under gloo"
+    assert not found(markers, out["ccddp_wire"])
+
+
+def test_torch_registers_the_backend_through_its_entry_point(tmp_path):
+    """Installed, ccddp declares a ``torch.backends`` entry point (pyproject.toml): torch
+    calls it at import, so ``init_process_group("ccddp")`` works without importing ccddp.
+    Here a distribution on the path declares the same entry point as the project does."""
+    import tomllib
+
+    with open(HERE.parent / "pyproject.toml", "rb") as f:
+        declared = tomllib.load(f)["project"]["entry-points"]["torch.backends"]
+    info = tmp_path / "ccddp_entry_point_check-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ccddp-entry-point-check\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\n" + "".join(f"{k} = {v}\n" for k, v in declared.items()))
+    code = ("import sys, torch.distributed as dist\n"
+            "print('ccddp' in dist.Backend.backend_list, any(m == 'ccddp.backend.process_group' for m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(SRC)]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # Registered, and nothing heavy imported until a group is created.
+    assert out.stdout.split() == ["True", "False"], out.stdout

@@ -44,8 +44,9 @@ def hardware(draw):
         cpu_crypto_gbps=draw(st.floats(0.1, 50)),
         inter_node_gbps=draw(st.floats(1, 1000)),
         overlap_efficiency=draw(st.floats(0, 1)),
-        crypto_unit=draw(st.sampled_from(["chunk", "bucket"])),
-        link_encrypted=True,
+        op_bucket_share=draw(st.sampled_from([0.0, 0.5, 1.0])),
+        kernel_launch_us=draw(st.floats(0, 20)), cc_launch_toll=draw(st.floats(1, 4)),
+        device_link="encrypted", cc_nvls=draw(st.booleans()),
     )
 
 
@@ -55,7 +56,8 @@ def workload(draw, max_buckets=12):
     return WorkloadProfile(
         "prop", bucket_bytes=buckets, forward_ms=draw(st.floats(0, 500)),
         backward_ms=draw(st.floats(0, 1000)), optimizer_ms=draw(st.floats(0, 50)),
-        input_bytes=draw(st.floats(0, 500 * MIB)), data_ms=draw(st.floats(0, 20)))
+        input_bytes=draw(st.floats(0, 500 * MIB)), data_ms=draw(st.floats(0, 20)),
+        kernel_launches=draw(st.floats(0, 20000)))
 
 
 @st.composite
@@ -102,7 +104,7 @@ def test_slower_crypto_never_faster(hw, wl, sched, n, factor, which):
 
 @SETTINGS
 @given(hardware(), workload(), schedule(), st.integers(2, 24), st.floats(0, 5000),
-       st.sampled_from(["crypto_op_us", "cc_exchange_toll_us", "tag_us"]))
+       st.sampled_from(["crypto_op_us", "cc_exchange_toll_us", "tag_us", "kernel_launch_us"]))
 def test_larger_per_op_toll_never_faster(hw, wl, sched, n, extra, which):
     more = hw.replace(**{which: getattr(hw, which) + extra})
     assert close_or_less(cc_on(hw, wl, sched, n), cc_on(more, wl, sched, n))

@@ -123,6 +123,8 @@ def test_schedule_follows_the_run():
     assert V.schedule_from_run(r).chains == 3
     r["settings"]["allgather"] = "group-key"
     assert V.schedule_from_run(r).schedule == "group-key-allgather"
+    r["settings"]["pad_budget_bytes"] = 8 * MIB          # the device engine's pads
+    assert V.schedule_from_run(r).pad_budget_bytes == 8 * MIB
     with pytest.raises(ConfigError, match="unknown schedule"):
         V.schedule_from_run(run("on", schedule="fancy"))
 

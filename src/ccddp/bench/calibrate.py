@@ -8,8 +8,9 @@ machine can be checked against that machine's measured ``ccddp train`` runs
 * under ``torchrun`` on ``--world-size`` local ranks, every rank at once (as ranks run in
   training: cores that share caches, memory bandwidth and clocks make each rank slower
   than one process alone), one thread per rank (ranks run with ``OMP_NUM_THREADS=1``):
-  AES-256-GCM seal and open through :class:`~ccddp.crypto.LinkChannel` at several sizes
-  (a least-squares line gives the per-call cost and the rate), tensor add (the ring's
+  AES-256-GCM seal and open through :class:`~ccddp.crypto.LinkChannel` over a sweep of
+  sizes (a weighted least-squares line gives the per-call cost and the per-byte rate
+  separately, each with its standard error), tensor add (the ring's
   reduction), a 4 MiB clone (the input staging copy), the SGD step, an fp32 matmul
   (compute rate), XOR (pads);
 * on the same ranks: gloo ping-pong (latency); ring streaming, every rank sending to its
@@ -21,16 +22,17 @@ machine can be checked against that machine's measured ``ccddp train`` runs
   micro-benchmarks. Every measured all-reduce (gloo's, the plain ring's, the naive and
   the pipelined secure ones, two sizes) is set beside the model's prediction as a check,
   marked where a field was solved from it;
-* in this process alone, the same crypto and tensor rates (kept for reference), and two
-  threads sealing at once (does a second crypto chain scale?).
+* in this process alone, the same crypto and tensor rates (kept for reference), and 1, 2,
+  ... up to every core's thread sealing at once (how far crypto chains scale: the most
+  measured is the envelope ``ccddp tune`` stays inside).
 
-Fields no micro-benchmark can give (the machine has no accelerator, no CC hardware, one
-node) carry documented defaults, marked ``DEFAULT`` in the written profile.
+Every field of the written profile carries its source: MEASURED here, DERIVED from the
+machine's structure (no accelerator, no CC hardware, one node), or ASSUMED.
 
 Example::
 
     result = calibrate(world_size=2)
-    write_profile(result["profile"], "local.toml", notes=result["notes"])
+    write_profile(result["profile"], "local.toml", header=result["header"])
 
 Run as a torchrun worker (``python -m ccddp.bench.calibrate --json OUT``) for the P2P part.
 Turning the measurements into a profile is :mod:`ccddp.bench.calibrate_fit`.
@@ -48,7 +50,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ccddp.bench.calibrate_fit import KIB, MIB, derive_profile, fit_line
+from ccddp.bench.calibrate_fit import KIB, MIB, crypto_lines, derive_profile
 from ccddp.bench.machine import process_cpu_seconds
 from ccddp.comm.transport import all_gather_flat
 
@@ -74,7 +76,8 @@ def _quartile_time(fn: Callable[[], Any], reps: int, warmup: int = 1) -> float:
 def bench_crypto(sizes: list[int], reps: int) -> dict:
     """Seal/open through a LinkChannel (as the engines call it) on one thread.
 
-    Returns per size the median seconds, and the fitted per-call cost and rate.
+    Returns per size the lower-quartile seconds, and the per-call cost and per-byte rate
+    of seal and open fitted separately with their standard errors (:func:`crypto_lines`).
     """
     from ccddp.crypto import TAG_BYTES, FrameContext, LinkChannel, Op, Phase
 
@@ -108,20 +111,18 @@ def bench_crypto(sizes: list[int], reps: int) -> dict:
         open_t.sort()
         rows.append({"bytes": n, "seal_s": seal_t[len(seal_t) // 4],
                      "open_s": open_t[len(open_t) // 4]})
-    a_s, b_s = fit_line([r["bytes"] for r in rows], [r["seal_s"] for r in rows])
-    a_o, b_o = fit_line([r["bytes"] for r in rows], [r["open_s"] for r in rows])
-    return {"rows": rows, "seal_fixed_us": a_s * 1e6, "open_fixed_us": a_o * 1e6,
-            "seal_gbps": 1 / b_s / 1e9, "open_gbps": 1 / b_o / 1e9}
+    return {"rows": rows, **crypto_lines(rows)}
 
 
-def bench_crypto_threads(nbytes: int, threads: int, reps: int) -> dict:
-    """Aggregate seal rate of ``threads`` threads sealing at once (GIL released inside
-    AES-GCM from 2 KiB): tells whether crypto chains scale on this host."""
+def bench_crypto_chains(nbytes: int, max_chains: int, reps: int) -> dict:
+    """Aggregate seal rate of 1, 2, 4, ... up to ``max_chains`` threads sealing at once
+    (GIL released inside AES-GCM from 2 KiB): how far crypto chains scale on this host,
+    and the most chains measured (the envelope ``ccddp tune`` stays inside)."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     aead = AESGCM(os.urandom(32))
     bufs = [(np.frombuffer(os.urandom(nbytes), dtype=np.uint8),
-             np.empty(nbytes + 16, dtype=np.uint8)) for _ in range(threads)]
+             np.empty(nbytes + 16, dtype=np.uint8)) for _ in range(max_chains)]
     nonce = os.urandom(12)
 
     def work(i: int) -> None:
@@ -139,10 +140,10 @@ def bench_crypto_threads(nbytes: int, threads: int, reps: int) -> dict:
         return k * reps * nbytes / (time.perf_counter() - t0) / 1e9
 
     run(1)
-    one = max(run(1) for _ in range(3))
-    many = max(run(threads) for _ in range(3))
-    return {"bytes": nbytes, "threads": threads, "one_thread_gbps": one,
-            "all_threads_gbps": many, "scaling": many / one}
+    counts = sorted({1, max_chains} | {2 ** i for i in range(8) if 2 ** i < max_chains})
+    rows = [{"chains": k, "gbps": max(run(k) for _ in range(3))} for k in counts]
+    return {"bytes": nbytes, "rows": rows, "max_chains": max_chains,
+            "scaling": rows[-1]["gbps"] / rows[0]["gbps"]}
 
 
 def bench_torch(fast: bool) -> dict:
@@ -250,7 +251,8 @@ def p2p_bench(fast: bool) -> dict:
     crypto = bench_crypto(sizes, 8 if fast else 30)
     dist.barrier()
     rates = bench_torch(fast)
-    keys = ("seal_fixed_us", "open_fixed_us", "seal_gbps", "open_gbps")
+    keys = tuple(f"{op}_{q}" for op in ("seal", "open")
+                 for q in ("fixed_us", "fixed_us_se", "gbps", "gbps_se"))
     mine = [crypto[k] for k in keys] + [rates[k] for k in sorted(rates)]
     everyone = torch.zeros(n * len(mine), dtype=torch.float64)
     all_gather_flat(everyone, torch.tensor(mine, dtype=torch.float64))
@@ -373,7 +375,7 @@ def run_p2p(world_size: int, fast: bool) -> dict:
 
 def calibrate(world_size: int = 2, *, fast: bool = False, name: str = "local",
               progress: Callable[[str], None] | None = None) -> dict:
-    """Run every micro-benchmark; return ``{"profile", "notes", "header", "measurements",
+    """Run every micro-benchmark; return ``{"profile", "header", "measurements",
     "checks", ...}`` (see :func:`derive_profile`). ``fast`` shrinks sizes and repetitions
     (tests)."""
     from ccddp.errors import ConfigError
@@ -382,12 +384,11 @@ def calibrate(world_size: int = 2, *, fast: bool = False, name: str = "local",
         raise ConfigError(f"--world-size must be >= 2 (P2P needs a peer), got {world_size}")
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
-    say("AES-256-GCM seal/open rates and per-call cost (this process alone)")
+    say("AES-256-GCM seal/open over a sweep of sizes and chains (this process alone)")
     sizes = [4 * KIB, 64 * KIB, 1 * MIB] if fast else [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB,
                                                          1 * MIB, 4 * MIB]
     local = {"crypto": bench_crypto(sizes, 8 if fast else 40)}
-    local["crypto_threads"] = bench_crypto_threads(MIB, min(2, os.cpu_count() or 1),
-                                                   5 if fast else 20)
+    local["crypto_chains"] = bench_crypto_chains(MIB, os.cpu_count() or 1, 5 if fast else 20)
     say("reduction, copy, optimizer, matmul and XOR rates (this process alone)")
     local["torch"] = bench_torch(fast)
     say(f"every rank at once, P2P and all-reduces on {world_size} local ranks (torchrun)")

@@ -1,14 +1,20 @@
 """From ``ccddp calibrate``'s measurements to a hardware profile.
 
 :func:`derive_profile` takes the measurement dicts :mod:`ccddp.bench.calibrate` collects
-(or a saved ``ccddp calibrate --json`` file's ``measurements``) and returns the profile,
-a note per field saying where its value came from, the header, and the model's
-predictions beside the measured all-reduces. Arithmetic only, but for this machine's
-core count, CPU description and launch settings, which it reads (so re-derive a saved
-calibration on the machine it was measured on). Rates come straight from the
-micro-benchmarks where they can; the per-message cost, the engine's in-flight AES-GCM
-rate and the link rate a collective sees are solved through the model itself, so the
-model fed this profile reproduces the micro-benchmarks they came from.
+(or a saved ``ccddp calibrate --json`` file's ``measurements``) and returns the profile
+(every field a :class:`~ccddp.sim.profile.FieldValue`: value, source, note, standard
+error where a fit gives one), the header, and the model's predictions beside the
+measured all-reduces. Arithmetic only, but for this machine's core count, CPU description
+and launch settings, which it reads (so re-derive a saved calibration on the machine it
+was measured on). Rates come straight from the micro-benchmarks where they can; the
+per-message cost, the engine's in-flight AES-GCM rate and the link rate a collective sees
+are solved through the model itself (:func:`ccddp.sim.solve.root`), so the model fed this
+profile reproduces the micro-benchmarks they came from.
+
+The crypto's fixed and per-byte costs are fitted separately from a sweep of sizes
+(:func:`crypto_lines`); the same row format from a device's sweep (``bytes``,
+``seal_s``, ``open_s``; chains as ``chains``, ``gbps``) fills the same fields for a GPU
+profile (:func:`crypto_records`).
 
 Example::
 
@@ -17,30 +23,151 @@ Example::
 
     saved = json.load(open("calibrate.json"))["measurements"]
     result = derive_profile(saved["local"], saved["p2p"])
-    write_profile(result["profile"], "local.toml", notes=result["notes"], header=result["header"])
+    write_profile(result["profile"], "local.toml", header=result["header"])
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-SCHEMA = "ccddp.calibrate/1"
+from ccddp.sim.profile import FieldValue, Source
+from ccddp.sim.solve import root
+
+SCHEMA = "ccddp.calibrate/2"
 KIB, MIB = 1 << 10, 1 << 20
 
 
-def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least-squares ``y = a + b x``; returns ``(a, b)`` with ``a`` clipped at 0."""
+def M(value: Any, note: str, stderr: float | None = None) -> FieldValue:
+    """A value measured on this machine."""
+    return FieldValue(value, Source.MEASURED, note, stderr)
+
+
+def D(value: Any, note: str) -> FieldValue:
+    """A value that follows from the machine's structure."""
+    return FieldValue(value, Source.DERIVED, note)
+
+
+def A(value: Any, note: str) -> FieldValue:
+    """A value nothing here measures."""
+    return FieldValue(value, Source.ASSUMED, note)
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """``y = intercept + slope * x`` with one standard error each."""
+
+    intercept: float
+    slope: float
+    intercept_se: float
+    slope_se: float
+
+
+def fit_line(xs: list[float], ys: list[float]) -> LineFit:
+    """Weighted least squares ``y = a + b x`` with standard errors; ``a`` clipped at 0.
+
+    Weights 1/y: the small sizes (which fix the intercept) count as much as the big ones
+    (which fix the slope), so relative, not absolute, error is minimised. The standard
+    errors come from the residual scatter (``(A^T W A)^-1 s^2``); with two points there
+    is no scatter to estimate them from, and they are 0.
+    """
     x, y = np.asarray(xs, float), np.asarray(ys, float)
-    # Weight by 1/y so the small sizes (which fix the intercept) count as much as the big
-    # ones (which fix the slope): relative, not absolute, error is minimised.
     w = 1.0 / y
     A = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
-    (a, b), *_ = np.linalg.lstsq(A, y * w, rcond=None)
-    return max(0.0, float(a)), float(b)
+    coef, *_ = np.linalg.lstsq(A, y * w, rcond=None)
+    a, b = float(coef[0]), float(coef[1])
+    dof = len(x) - 2
+    se_a = se_b = 0.0
+    if dof > 0:
+        resid = y * w - A @ coef
+        cov = np.linalg.inv(A.T @ A) * float(resid @ resid) / dof
+        se_a, se_b = float(math.sqrt(max(cov[0, 0], 0))), float(math.sqrt(max(cov[1, 1], 0)))
+    return LineFit(max(0.0, a), b, se_a, se_b)
+
+
+def crypto_lines(rows: list[dict]) -> dict[str, float]:
+    """Per-call cost (us) and per-byte rate (GB/s) of seal and open, each with its
+    standard error, from a sweep of sizes (rows: ``bytes``, ``seal_s``, ``open_s``)."""
+    out: dict[str, float] = {}
+    xs = [r["bytes"] for r in rows]
+    for op in ("seal", "open"):
+        f = fit_line(xs, [r[f"{op}_s"] for r in rows])
+        gbps = 1 / f.slope / 1e9
+        out[f"{op}_fixed_us"] = f.intercept * 1e6
+        out[f"{op}_fixed_us_se"] = f.intercept_se * 1e6
+        out[f"{op}_gbps"] = gbps
+        out[f"{op}_gbps_se"] = gbps * f.slope_se / f.slope
+    return out
+
+
+def crypto_records(lines: dict[str, float], sizes: list[int], chains: dict | None, *,
+                   how: str, soft: float = 1.0,
+                   chains_are_threads: bool = True) -> dict[str, FieldValue]:
+    """The crypto fields of a profile from a fitted sweep (``lines``: :func:`crypto_lines`;
+    ``sizes``: the sweep's message sizes; ``chains``: the chain sweep, rows of ``chains``
+    and ``gbps``). ``soft``: the model's own contention factor at the measured ranks,
+    divided out (rates measured with every rank busy). Serves a CPU calibration and,
+    fed a device's sweep in the same format (``chains_are_threads=False``: a GPU's chains
+    are GHASH chains beside a device-wide CTR), a GPU one."""
+    seal_fixed, open_fixed = lines["seal_fixed_us"] / soft, lines["open_fixed_us"] / soft
+    fixed_se = math.hypot(lines["seal_fixed_us_se"], lines["open_fixed_us_se"]) / 2 / soft
+    sweep = ", ".join(f"{s // KIB} KiB" for s in sizes)
+    rec = {
+        "enc_gbps": M(round(lines["seal_gbps"] * soft, 4),
+                      f"slope of the seal time over {sweep}, {how}",
+                      round(lines["seal_gbps_se"] * soft, 4)),
+        "dec_gbps": M(round(lines["open_gbps"] * soft, 4),
+                      f"slope of the open time over the same sizes, {how}",
+                      round(lines["open_gbps_se"] * soft, 4)),
+        "crypto_op_us": M(round((seal_fixed + open_fixed) / 2, 3),
+                          f"intercept of the seal and open lines (AAD, nonce, call; seal "
+                          f"{seal_fixed:.2f}, open {open_fixed:.2f} us), {how}",
+                          round(fixed_se, 3)),
+        "envelope_min_bytes": M(float(min(sizes)), "smallest size of the seal/open sweep"),
+    }
+    if chains:
+        rows = chains["rows"]
+        top = max(r["chains"] for r in rows)
+        scaling = rows[-1]["gbps"] / rows[0]["gbps"]
+        rates = ", ".join(f"{r['chains']}: {r['gbps']:.2f}" for r in rows)
+        rec["envelope_chains"] = M(top, f"most threads of the chain sweep sealing at once "
+                                   f"(chains: GB/s {rates})")
+        if chains_are_threads:
+            rec["chains_scale_enc"] = D(True, f"chains are threads running whole AES-GCM; "
+                                        f"{top} at once seal {scaling:.2f}x one")
+    return rec
+
+
+def device_profile(base, results: list[dict], *, device: str = "cuda") -> dict:
+    """A device profile's records with its crypto measured: ``base`` (a profile) with the
+    fields :func:`crypto_records` fills replaced, from ``ccddp bench channel --device
+    cuda --json`` results at two or more ``--size`` values (each gives the engine's seal
+    and open time at one size; the sizes give the line), and ``xor_gbps`` from the runs'
+    pre-computed-pad seals where they have them."""
+    from ccddp.errors import ConfigError
+
+    rows = sorted(({"bytes": int(r["bytes"]), "seal_s": float(r["rows"]["seal"]["median_s"]),
+                    "open_s": float(r["rows"]["open"]["median_s"])} for r in results),
+                  key=lambda r: r["bytes"])
+    sizes = sorted({r["bytes"] for r in rows})
+    if len(sizes) < 2:
+        raise ConfigError("a device sweep needs results at two or more sizes "
+                          "(ccddp bench channel --device cuda --size S --json ...)")
+    how = f"the {device} engine (ccddp bench channel --device {device})"
+    d = base.as_records()
+    d.update(crypto_records(crypto_lines(rows), sizes, None, how=how, chains_are_threads=False))
+    d["envelope_max_bytes"] = M(float(max(sizes)), f"largest size of the {device} sweep")
+    pads = [r for r in results if "seal_pad" in r.get("rows", {})]
+    if pads:
+        big = max(pads, key=lambda r: r["bytes"])
+        d["xor_gbps"] = M(round(float(big["rows"]["seal_pad"]["gbps"]), 3),
+                          f"seal with a pre-computed pad, {big['bytes'] // MIB} MiB, {how}")
+    return d
 
 
 def _launch_threads() -> int:
@@ -53,14 +180,10 @@ def _launch_threads() -> int:
         return 1
 
 
-def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict, dict, list]:
-    """(flat profile dict, notes per field, header lines) from the measurements.
-
-    The segment overhead is left for :func:`fit_segment_overhead`, which needs the
-    rest of the profile.
-    """
+def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict, list]:
+    """(profile records, header lines) from the measurements. The segment overhead is
+    left for :func:`fit_segment_overhead`, which needs the rest of the profile."""
     from ccddp.bench.machine import _cpu_model, cpu_details
-    from ccddp.comm import CommSettings
 
     cores = os.cpu_count() or 1
     n = int(p2p["world_size"])
@@ -69,139 +192,98 @@ def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict,
     conc = p2p.get("concurrent")
     soft = max(1.0, n / cores)          # the model's contention factor for one-thread work
     if conc:
-        crypto = {"seal_fixed_us": conc["seal_fixed_us"] / soft,
-                  "open_fixed_us": conc["open_fixed_us"] / soft,
-                  "seal_gbps": conc["seal_gbps"] * soft, "open_gbps": conc["open_gbps"] * soft,
-                  "rows": local["crypto"]["rows"]}
+        lines = conc
         torch_r = {k: conc[k] * soft for k in local["torch"]}
         how = f"one thread per rank, {n} ranks at once"
     else:
-        crypto, torch_r = local["crypto"], local["torch"]
+        lines = local["crypto"]
+        torch_r = local["torch"]
         how = "one thread"
-    threads = local["crypto_threads"]
     stream = p2p["stream"]
-    lat_s, per_b = fit_line([r["bytes"] for r in stream], [r["s"] for r in stream])
-    link_gbps = soft / per_b / 1e9
-    latency_us = p2p["rtt_us"] / 2
+    link = fit_line([r["bytes"] for r in stream], [r["s"] for r in stream])
+    link_gbps = soft / link.slope / 1e9
     # Core time per byte sent, from the largest messages (per-message costs amortised):
     # CPU seconds are not stretched by contention, so no correction for the ranks.
     big = [r for r in stream if r["bytes"] >= MIB] or stream
     link_cpu_gbps = sum(r["bytes"] for r in big) / sum(r["cpu_s"] for r in big) / 1e9
-    chains = CommSettings().resolved_chains() if "LOCAL_WORLD_SIZE" in os.environ else \
-        max(1, cores // n)
+    inter = p2p.get("interference")
+    threads = _launch_threads()
+    sizes = [r["bytes"] for r in local["crypto"]["rows"]]
+    crypto = crypto_records(lines, sizes, local.get("crypto_chains"), how=how,
+                            soft=soft if conc else 1.0)
+    top_ar = max((r["bytes"] for r in p2p.get("allreduce", [])), default=4 * MIB)
     d: dict[str, Any] = {
         "name": name,
         "description": f"{_cpu_model()}, {cores} cores shared by every rank, gloo loopback, "
                        "AES-256-GCM via cryptography (calibrated)",
-        "gpus_per_node": 64,
-        "compute_tflops": round(torch_r["matmul_tflops"], 5),
-        "backward_ratio": 2.0,
-        "optimizer_gbps": round(torch_r["sgd_gbps"], 4),
-        "kernel_launch_us": 0.0,
-        "cc_launch_toll": 1.0,
-        "link_gbps": round(link_gbps, 4),
-        "link_latency_us": round(latency_us, 2),
-        "nvls": False,
-        "link_encrypted": False,
-        "reduce_gbps": round(torch_r["reduce_gbps"], 4),
-        "segment_overhead_us": 0.0,
-        "link_cpu_gbps": round(link_cpu_gbps, 4),
-        "cc_exchange_toll_us": 0.0,
-        "cc_bandwidth_kept": 1.0,
-        "enc_gbps": round(crypto["seal_gbps"], 4),
-        "dec_gbps": round(crypto["open_gbps"], 4),
-        "mac_gbps": float("inf"),
-        "mac_chains": chains,
-        "max_chains": cores,
-        "chains_scale_enc": True,
-        "crypto_op_us": round((crypto["seal_fixed_us"] + crypto["open_fixed_us"]) / 2, 3),
-        "tag_us": 0.0,
-        "tag_bytes": 16.0,
-        "xor_gbps": round(torch_r["xor_gbps"], 4),
-        "crypto_unit": "chunk",
-        "pcie_gbps": round(torch_r["memcpy_gbps"], 4),
-        "cc_pcie_kept": 1.0,
-        "cpu_crypto_gbps": round(crypto["seal_gbps"], 4),
-        "cpu_crypto_threads": cores,
-        "bounce_threads": 1,
-        "bounce_pipelined": False,
-        "input_path_shared": False,
-        "inter_node_gbps": 1.25,
-        "inter_node_latency_us": 50.0,
-        "host_cores": cores,
-        "compute_threads": _launch_threads(),
-        "overlap_efficiency": 0.0,
-        "interference": 0.0,
+        "gpus_per_node": D(64, "every rank runs on this one host"),
+        "compute_tflops": M(round(torch_r["matmul_tflops"], 5), f"fp32 matmul, {how} (used "
+                            "only for workloads without measured phase times)"),
+        "backward_ratio": A(2.0, "backward ~2x forward (only without measured times)"),
+        "optimizer_gbps": M(round(torch_r["sgd_gbps"], 4), f"torch.optim.SGD step, {how}"),
+        "kernel_launch_us": D(0.0, "no accelerator, no kernel launches"),
+        "cc_launch_toll": D(1.0, "no CC hardware"),
+        "link_gbps": M(round(link_gbps, 4), f"gloo isend/irecv ring streaming (messages in "
+                       f"flight) on {n} local ranks, slope of a line through {len(stream)} "
+                       "sizes" + (f", times the model's {soft:g}x contention at {n} ranks"
+                                  if soft > 1 else "")),
+        "link_latency_us": M(round(p2p["rtt_us"] / 2, 2), "half the gloo ping-pong round "
+                             "trip of 16 B"),
+        "nvls": D(False, "no switch reduction on a CPU host"),
+        "reduce_gbps": M(round(torch_r["reduce_gbps"], 4), f"torch add_ of fp32 tensors, {how}"),
+        "segment_overhead_us": M(0.0, "solved below"),
+        "link_cpu_gbps": M(round(link_cpu_gbps, 4), "bytes sent per CPU-second of a rank (all "
+                           "its threads, user + system) during the ring streaming, messages "
+                           ">= 1 MiB"),
+        "cc_exchange_toll_us": D(0.0, "no CC hardware"),
+        "cc_bandwidth_kept": D(1.0, "no CC hardware"),
+        "device_link": D("untrusted", "loopback runs through host memory the host controls: "
+                         "ccddp seals every hop"),
+        "cc_nvls": D(False, "no switch on a CPU host"),
+        "mac_gbps": D(float("inf"), "OpenSSL stitches GHASH into the AES-GCM rates"),
+        "mac_chains": D(0, "ccddp's automatic rule: the host's cores shared by the ranks on it"),
+        "max_chains": D(cores, "cores of the host"),
+        "chains_scale_enc": D(True, "chains are threads running whole AES-GCM"),
+        "op_bucket_share": D(0.0, "ccddp's engines seal what they send"),
+        "tag_us": D(0.0, "the tag is part of each call, already in crypto_op_us"),
+        "tag_bytes": D(16.0, "the 16-byte GCM tag ccddp sends"),
+        "xor_gbps": M(round(torch_r["xor_gbps"], 4), f"numpy XOR, {how} (pads: model only)"),
+        "envelope_chains": D(1, "no chain sweep"),
+        "envelope_max_bytes": M(float(max(max(sizes), top_ar)), "largest all-reduce of the "
+                                "calibration"),
+        "pcie_gbps": M(round(torch_r["memcpy_gbps"], 4), f"torch clone of 4 MiB (the CC-off "
+                       f"staging copy of a batch), {how}"),
+        "cc_pcie_kept": D(1.0, "no CC bounce hardware"),
+        "cpu_crypto_gbps": M(crypto["enc_gbps"].value, "as enc_gbps (the bounce path seals on "
+                             "the CPU)", crypto["enc_gbps"].stderr),
+        "cpu_crypto_threads": D(cores, "cores of the host"),
+        "bounce_threads": D(1, "ccddp seals a batch on the training thread"),
+        "bounce_pipelined": D(False, "ccddp seals, copies and opens one after another"),
+        "input_path_shared": D(False, "each rank makes its own batch"),
+        "inter_node_gbps": A(1.25, "10 GbE, unused on one host"),
+        "inter_node_latency_us": A(50.0, "unused on one host"),
+        "host_cores": M(cores, "os.cpu_count()"),
+        "compute_threads": D(threads, "OMP_NUM_THREADS of ranks ccddp launches"),
+        "overlap_efficiency": D(0.0, "the comm thread and backward share the same cores"),
+        "interference": A(0.0, "not measured"),
+        **crypto,
     }
-    inter = p2p.get("interference")
     if inter:
         # Measured at n ranks; the model scales it by the compute threads per core.
-        per_core = max(1.0, n * d["compute_threads"] / cores)
-        d["interference"] = round(max(0.0, inter["excess"]) / per_core, 4)
-    sizes = ", ".join(f"{r['bytes'] // KIB} KiB" for r in crypto["rows"])
-    notes = {
-        "gpus_per_node": "DEFAULT: every rank runs on this one host",
-        "compute_tflops": f"MEASURED: fp32 matmul, {how} (used only for workloads "
-                          "without measured phase times)",
-        "backward_ratio": "DEFAULT: backward ~2x forward (only without measured times)",
-        "optimizer_gbps": f"MEASURED: torch.optim.SGD step, {how}",
-        "kernel_launch_us": "DEFAULT: no accelerator, no kernel launches",
-        "cc_launch_toll": "DEFAULT: no CC hardware",
-        "link_gbps": f"MEASURED: gloo isend/irecv ring streaming (messages in flight) on "
-                     f"{n} local ranks, slope of a line through {len(stream)} sizes"
-                     + (f", times the model's {soft:g}x contention at {n} ranks" if soft > 1
-                        else ""),
-        "link_latency_us": "MEASURED: half the gloo ping-pong round trip of 16 B",
-        "nvls": "DEFAULT: no switch reduction on a CPU host",
-        "link_encrypted": "DEFAULT: loopback is plaintext",
-        "reduce_gbps": f"MEASURED: torch add_ of fp32 tensors, {how}",
-        "segment_overhead_us": "MEASURED: solved through the model from the CPU time of a "
-                               "secure all-reduce of many 4 KiB segments (its wall time "
-                               "gives a larger value, in ccddp calibrate --json: wake-ups)",
-        "link_cpu_gbps": "MEASURED: bytes sent per CPU-second of a rank (all its threads, "
-                         "user + system) during the ring streaming, messages >= 1 MiB",
-        "cc_exchange_toll_us": "DEFAULT: no CC hardware",
-        "cc_bandwidth_kept": "DEFAULT: no CC hardware",
-        "enc_gbps": f"MEASURED: LinkChannel seal, {how}, slope over {sizes}",
-        "dec_gbps": f"MEASURED: LinkChannel open, {how}, same sizes",
-        "mac_gbps": "DEFAULT: OpenSSL stitches GHASH into the AES-GCM rates above",
-        "mac_chains": f"DEFAULT: ccddp.comm's automatic chains for {n} ranks on {cores} cores",
-        "max_chains": "DEFAULT: cores of the host",
-        "chains_scale_enc": "DEFAULT: chains are threads running whole AES-GCM; measured "
-                            f"{threads['threads']} threads at once: "
-                            f"{threads['scaling']:.2f}x one thread",
-        "crypto_op_us": "MEASURED: intercept of the seal/open lines (AAD, nonce, call)",
-        "tag_us": "DEFAULT: the tag is part of each call, already in crypto_op_us",
-        "tag_bytes": "DEFAULT: the 16-byte GCM tag ccddp sends",
-        "xor_gbps": f"MEASURED: numpy XOR, {how} (pads: model only)",
-        "crypto_unit": "DEFAULT: ccddp's ring seals chunks",
-        "pcie_gbps": f"MEASURED: torch clone of 4 MiB (the CC-off staging copy of a "
-                     f"batch), {how}",
-        "cc_pcie_kept": "DEFAULT: no CC bounce hardware",
-        "cpu_crypto_gbps": "MEASURED: as enc_gbps (the bounce path seals on the CPU)",
-        "cpu_crypto_threads": "DEFAULT: cores of the host",
-        "bounce_threads": "DEFAULT: ccddp seals a batch on the training thread",
-        "bounce_pipelined": "DEFAULT: ccddp seals, copies and opens one after another",
-        "input_path_shared": "DEFAULT: each rank makes its own batch",
-        "inter_node_gbps": "DEFAULT: 10 GbE, unused on one host",
-        "inter_node_latency_us": "DEFAULT: unused on one host",
-        "host_cores": "MEASURED: os.cpu_count()",
-        "compute_threads": "DEFAULT: OMP_NUM_THREADS of ranks ccddp launches",
-        "overlap_efficiency": "DEFAULT: the comm thread and backward share the same cores",
-        "interference": (f"MEASURED: conv forward+backward and AES-GCM on two threads of each "
-                         f"of {n} ranks at once, against the sum of each alone "
-                         f"(+{inter['excess']:.1%} at {n} ranks)" if inter else
-                         "DEFAULT: not measured"),
-    }
+        per_core = max(1.0, n * threads / cores)
+        d["interference"] = M(round(max(0.0, inter["excess"]) / per_core, 4),
+                              f"conv forward+backward and AES-GCM on two threads of each of "
+                              f"{n} ranks at once, against the sum of each alone "
+                              f"(+{inter['excess']:.1%} at {n} ranks)")
     cpu = cpu_details()
     header = [f"{name}: calibrated by `ccddp calibrate` on {_cpu_model()} ({cores} cores), "
               f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}.",
               # The CPU model name does not say which AES-GCM code path OpenSSL takes.
               f"CPU family {cpu['cpu_family']} model {cpu['cpu_model_number']}, AES-related "
               f"flags: {' '.join(cpu['aes_flags']) or 'none'}; {cpu['openssl']}.",
-              "MEASURED: from this machine's micro-benchmarks (never from training runs).",
-              "DEFAULT: what no micro-benchmark here can measure; the reason is given."]
-    return d, notes, header
+              "measured: from this machine's micro-benchmarks (never from training runs); "
+              "derived: from the machine's structure; assumed: nothing here measures it."]
+    return d, header
 
 
 def fit_segment_overhead(hw, tiny: dict, n: int, *, quantity: str = "cpu") -> float:
@@ -224,20 +306,15 @@ def fit_segment_overhead(hw, tiny: dict, n: int, *, quantity: str = "cpu") -> fl
     else:
         target = tiny["secure_s"] * 1e3
 
-    def model_ms(us: float) -> float:
+    def excess(us: float) -> float:
         h = hw.replace(segment_overhead_us=us)
         c = secure_allreduce(Rates.resolve(h, sched, n, True), sched, n, tiny["bytes"])
-        return c.busy_ms if quantity == "cpu" else c.ms
+        return (c.busy_ms if quantity == "cpu" else c.ms) - target
 
-    lo, hi = 0.0, 1.0
-    if model_ms(lo) >= target:
+    if excess(0.0) >= 0:
         return 0.0
-    while model_ms(hi) < target and hi < 1e6:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if model_ms(mid) < target else (lo, mid)
-    return round((lo + hi) / 2, 2)
+    us = root(excess, 0.0, 1e6)
+    return round(us, 2) if us is not None else 1e6
 
 
 def fit_link_rate(hw, ring: dict, n: int) -> float | None:
@@ -256,17 +333,12 @@ def fit_link_rate(hw, ring: dict, n: int) -> float | None:
     sched = Schedule("pipelined", segment_bytes=ring["segment_bytes"], chains=ring["chains"])
     target = ring["s"] * 1e3
 
-    def model_ms(gbps: float) -> float:
+    def excess(gbps: float) -> float:
         r = Rates.resolve(hw.replace(link_gbps=gbps), sched, n, True).without_crypto()
-        return secure_allreduce(r, sched, n, ring["bytes"]).ms
+        return secure_allreduce(r, sched, n, ring["bytes"]).ms - target
 
-    lo, hi = 1e-3, 1e3
-    if not model_ms(hi) <= target <= model_ms(lo):
-        return None
-    for _ in range(80):                     # time falls as the rate rises: bisect in log
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if model_ms(mid) > target else (lo, mid)
-    return round((lo * hi) ** 0.5, 4)
+    x = root(excess, 1e-3, 1e3, log=True)
+    return None if x is None else round(x, 4)
 
 
 def fit_crypto_rate(hw, secure: dict, ring: dict, n: int) -> float | None:
@@ -289,20 +361,14 @@ def fit_crypto_rate(hw, secure: dict, ring: dict, n: int) -> float | None:
     sched = Schedule("pipelined", segment_bytes=secure["segment_bytes"],
                      chains=secure["chains"])
 
-    def crypto_cpu_ms(k: float) -> float:
+    def excess(k: float) -> float:
         h = hw.replace(enc_gbps=hw.enc_gbps * k, dec_gbps=hw.dec_gbps * k)
         r = Rates.resolve(h, sched, n, True)
         on = secure_allreduce(r, sched, n, secure["bytes"]).busy_ms
         off = secure_allreduce(r.without_crypto(), sched, n, secure["bytes"]).busy_ms
-        return (on - off) / soft
+        return (on - off) / soft - target
 
-    lo, hi = 1e-3, 1e3
-    if not crypto_cpu_ms(hi) <= target <= crypto_cpu_ms(lo):
-        return None
-    for _ in range(80):                     # crypto time falls as the rate rises
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if crypto_cpu_ms(mid) > target else (lo, mid)
-    return (lo * hi) ** 0.5
+    return root(excess, 1e-3, 1e3, log=True)
 
 
 def model_checks(hw, p2p: dict, fitted: dict | None = None) -> list[dict]:
@@ -339,7 +405,7 @@ def model_checks(hw, p2p: dict, fitted: dict | None = None) -> list[dict]:
 
 def derive_profile(local: dict, p2p: dict, *, name: str = "local") -> dict:
     """Everything :func:`ccddp.bench.calibrate.calibrate` returns but the timing, from its
-    measurements: the profile, its notes and header, the fitted values' alternatives, and
+    measurements: the profile records and header, the fitted values' alternatives, and
     the checks (re-run it on a saved ``calibrate --json``, on the machine it measured, to
     re-derive a profile).
 
@@ -350,43 +416,62 @@ def derive_profile(local: dict, p2p: dict, *, name: str = "local") -> dict:
     from ccddp.sim.profile import validate_profile
 
     n = int(p2p["world_size"])
-    d, notes, header = build_profile(local, p2p, name=name)
-    hw = validate_profile(d, source="calibrate")
-    d["segment_overhead_us"] = fit_segment_overhead(hw, p2p["tiny"], n)
-    hw = validate_profile(d, source="calibrate")
-    stream_gbps = d["link_gbps"]
+    d, header = build_profile(local, p2p, name=name)
+
+    def solve_segment() -> None:
+        us = fit_segment_overhead(validate_profile(d, source="calibrate"), p2p["tiny"], n)
+        d["segment_overhead_us"] = M(us, "solved through the model from the CPU time of a "
+                                     "secure all-reduce of many 4 KiB segments (its wall "
+                                     "time gives a larger value, in ccddp calibrate --json: "
+                                     "wake-ups)")
+
+    solve_segment()
+    stream_gbps = d["link_gbps"].value
     ring = max((r for r in p2p["allreduce"] if r["impl"] == "ring"), key=lambda r: r["bytes"])
     secure = next(r for r in p2p["allreduce"]
                   if r["impl"] == "secure" and r["bytes"] == ring["bytes"])
-    loop = (d["enc_gbps"], d["dec_gbps"])
+    loop = (d["enc_gbps"].value, d["dec_gbps"].value)
+    hw = validate_profile(d, source="calibrate")
     k = fit_crypto_rate(hw, secure, ring, n) if "cpu_s" in secure else None
     fitted: dict[tuple[str, int], str] = {}
     if k is not None:
         fitted["secure", secure["bytes"]] = "CPU"
-        d["enc_gbps"], d["dec_gbps"] = round(loop[0] * k, 4), round(loop[1] * k, 4)
-        d["cpu_crypto_gbps"] = d["enc_gbps"]
         where = (f"solved through the model from the CPU time ccddp's pipelined secure "
                  f"all-reduce of {secure['bytes'] // MIB} MiB on {n} local ranks takes "
-                 f"beyond its plaintext ring (the engine's crypto as it runs; a tight loop "
-                 f"of LinkChannel calls gave")
-        notes["enc_gbps"] = f"MEASURED: {where} {loop[0]:g} GB/s)"
-        notes["dec_gbps"] = f"MEASURED: {where} {loop[1]:g} GB/s; the loop's seal/open ratio)"
-        hw = validate_profile(d, source="calibrate")
-        d["segment_overhead_us"] = fit_segment_overhead(hw, p2p["tiny"], n)
-        hw = validate_profile(d, source="calibrate")
+                 f"beyond its plaintext ring (the engine's crypto as it runs; the sweep's "
+                 f"slope gave")
+        se = [d[f].stderr for f in ("enc_gbps", "dec_gbps")]
+        d["enc_gbps"] = M(round(loop[0] * k, 4), f"{where} {loop[0]:g} GB/s)",
+                          None if se[0] is None else round(se[0] * k, 4))
+        d["dec_gbps"] = M(round(loop[1] * k, 4), f"{where} {loop[1]:g} GB/s; the sweep's "
+                          "seal/open ratio)", None if se[1] is None else round(se[1] * k, 4))
+        d["cpu_crypto_gbps"] = M(d["enc_gbps"].value, "as enc_gbps (the bounce path seals "
+                                 "on the CPU)", d["enc_gbps"].stderr)
+        solve_segment()
+    hw = validate_profile(d, source="calibrate")
     wall_us = fit_segment_overhead(hw, p2p["tiny"], n, quantity="wall")
     link = fit_link_rate(hw, ring, n)
     if link is not None:
         fitted["ring", ring["bytes"]] = "time"
-        d["link_gbps"] = link
-        notes["link_gbps"] = (f"MEASURED: solved through the model from ccddp's plaintext "
-                              f"ring all-reduce of {ring['bytes'] // MIB} MiB on {n} local "
-                              f"ranks (ring streaming alone gave {stream_gbps:g} GB/s: hot "
-                              f"caches, no send waiting for a reduction)")
+        d["link_gbps"] = M(link, f"solved through the model from ccddp's plaintext ring "
+                           f"all-reduce of {ring['bytes'] // MIB} MiB on {n} local ranks "
+                           f"(ring streaming alone gave {stream_gbps:g} GB/s: hot caches, "
+                           "no send waiting for a reduction)")
         hw = validate_profile(d, source="calibrate")
-    return {"schema": SCHEMA, "world_size": n, "profile": d, "notes": notes, "header": header,
+    return {"schema": SCHEMA, "world_size": n, "profile": d, "header": header,
             "measurements": {"local": local, "p2p": p2p,
                              "segment_overhead_wall_fit_us": wall_us,
                              "link_gbps_streaming": stream_gbps,
                              "crypto_gbps_loop": {"seal": loop[0], "open": loop[1]}},
             "checks": model_checks(hw, p2p, fitted)}
+
+
+def records_json(d: dict) -> dict:
+    """The profile records as JSON-ready dicts (``{value, source, note, stderr}``)."""
+    return {k: (v.as_dict() if isinstance(v, FieldValue) else v) for k, v in d.items()}
+
+
+__all__ = ["SCHEMA", "LineFit", "fit_line", "crypto_lines", "crypto_records", "device_profile",
+           "build_profile",
+           "fit_segment_overhead", "fit_link_rate", "fit_crypto_rate", "model_checks",
+           "derive_profile", "records_json"]

@@ -183,11 +183,20 @@ def characterize(plan: Plan, out_dir: str, *, timeout_s: float = 600.0, progress
     if project:
         try:
             data["projections"] = projections(plan.workloads)
+            data["fidelity"] = fidelity()
         except CCDDPError as e:  # the measurements stand without the model's projections
             data["projections"] = []
             data["projection_error"] = str(e)
         save(path, data)
     return data
+
+
+def fidelity() -> dict:
+    """The model against the published numbers (``ccddp fidelity``), for the report."""
+    from ccddp.sim.fidelity import evaluate, summary
+
+    rows = evaluate()
+    return {"summary": summary(rows), "rows": rows}
 
 
 def projections(workloads: list[str]) -> list[dict]:

@@ -42,7 +42,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -63,29 +62,17 @@ from ccddp.comm.control import gather_json
 from ccddp.comm.transport import Transport
 from ccddp.crypto.establish import EstablishmentError, KeyEstablishment
 from ccddp.crypto.keys import GroupSecret
+from ccddp.bench.selftest_options import (COLLECTIVES, DATA_ATTACKS, FAULTS, SETUP_ATTACKS, build_parser, cases,
+                                          check_lists, parse_lists)
 from ccddp.errors import CCDDPError, ConfigError, FrameLabel, IntegrityError, PeerTimeoutError
 
 SCHEMA = "ccddp.selftest/1"
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "ddp_step", "setup")
-INTEGRITY_ATTACKS = ("flip", "truncate", "replay", "reorder", "drop", "splice-step", "splice-bucket", "splice-link")
-DATA_ATTACKS = INTEGRITY_ATTACKS + ("delay", "stall")
-# Attacks on the setup's messages, and the exchange each one strikes (0: the ranks'
-# contributions, 1: their key confirmations).
-SETUP_ATTACKS = {"flip": 1, "swap": 1, "replay": 0, "drop": 0, "reorder": 1}
-ATTACKS = DATA_ATTACKS + ("swap",)
-ROW_KEYS = ("attack", "collective", "world_size", "expected", "observed", "passed")
-
 # Elements per rank chunk: with 1 KiB segments every data frame is 1 KiB + tag, so frames
 # of different steps, collectives and links can be spliced into each other.
 _CHUNK = 1024
 _SEGMENT = 1024
 _DELAY_S = 0.3
 _TAG_BASE = 1000
-
-
-def applies(attack: str, collective: str) -> bool:
-    """Whether ``attack`` is a case for ``collective`` (setup attacks strike the setup)."""
-    return attack in SETUP_ATTACKS if collective == "setup" else attack in DATA_ATTACKS
 
 
 def _pattern(numel: int, rank: int) -> torch.Tensor:
@@ -141,12 +128,6 @@ class CollectiveCase:
         pass
 
 
-def ddp_available() -> bool:
-    try:
-        from ccddp.ddp import SecureDDP  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 class DDPStepCase:
@@ -584,11 +565,6 @@ def _judge_setup(plan: Plan, outcomes: list[dict], problems: list[str]) -> tuple
     return expected, observed
 
 
-def cases(attacks: list[str], collectives: list[str]) -> list[tuple[str, str]]:
-    """Every (attack, collective) pair that is a case, collectives outermost."""
-    return [(a, c) for c in collectives for a in attacks if applies(a, c)]
-
-
 def run_selftest(attacks: list[str], collectives: list[str], settings: CommSettings,
                  short_timeout_s: float = 2.0, secret: GroupSecret | None = None) -> list[dict]:
     """Run every (attack, collective) case on the initialized default process group.
@@ -604,7 +580,7 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
         rows = run_selftest(["flip", "replay"], ["all_reduce", "setup"], CommSettings(segment_bytes=1024))
         assert all(r["passed"] for r in rows)
     """
-    _check_lists(attacks, collectives)
+    check_lists(attacks, collectives)
     if dist.get_world_size() < 2:
         raise ConfigError("selftest needs a world size of at least 2")
     if not settings.secure:
@@ -629,30 +605,7 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
         report.close()
 
 
-def _check_lists(attacks: list[str], collectives: list[str]) -> None:
-    for a in attacks:
-        if a not in ATTACKS:
-            raise ConfigError(f"unknown attack {a!r}; choose from {', '.join(ATTACKS)}")
-    for c in collectives:
-        if c not in COLLECTIVES:
-            raise ConfigError(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}")
-    if not cases(attacks, collectives):
-        raise ConfigError(f"no case: {', '.join(attacks)} against {', '.join(collectives)} "
-                          f"(the setup takes {', '.join(SETUP_ATTACKS)}; collectives take {', '.join(DATA_ATTACKS)})")
-
-
 # -- faults (one torchrun job each) -------------------------------------------------------
-
-FAULTS = {
-    "tampered-frame": ("a frame on link 0->1 is tampered with", "IntegrityError"),
-    "killed-rank": ("rank 1 is killed (SIGKILL) in the middle of an all-reduce", "PeerTimeoutError"),
-    "silent-peer": ("rank 1 stops responding in the middle of an all-reduce", "PeerTimeoutError"),
-    "other-settings": ("rank 1 is started with another segment size", "ConfigError"),
-    "other-key": ("rank 1 holds another group secret", "ConfigError"),
-    "other-length": ("rank 1 all-reduces a tensor of another length", "ConfigError"),
-    "other-dtype": ("rank 1 all-reduces float64, the others float32", "ConfigError"),
-}
-
 
 class _FaultTransport(Transport):
     """Makes rank ``victim`` die or go silent when it is about to send frame ``after``."""
@@ -721,37 +674,6 @@ def run_fault(name: str, timeout_s: float, attack: str = "flip") -> None:
         if not torch.equal(x.float(), _ar_expect(numel, n)):
             raise CCDDPError(f"fault {name}: WRONG RESULT returned on rank {rank}")
     raise CCDDPError(f"fault {name} was not detected: every all-reduce completed on rank {rank}")
-
-
-def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ccddp selftest", description=__doc__.splitlines()[0], add_help=add_help)
-    p.add_argument("--attacks", default=",".join(ATTACKS),
-                   help=f"comma list of {', '.join(ATTACKS)} (the setup takes {', '.join(SETUP_ATTACKS)})")
-    p.add_argument("--collectives", default=None,
-                   help=f"comma list of {', '.join(COLLECTIVES)} (default: all of them; setup: the messages "
-                        "that set a secure group up)")
-    p.add_argument("--impl", default="secure", choices=["secure", "secure-naive"])
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds a rank may wait on a peer")
-    p.add_argument("--stall-timeout", type=float, default=2.0,
-                   help="timeout of the cases that must end in a timeout (stall, a dropped last frame)")
-    p.add_argument("--json", default=None, help="write the rows here (rank 0)")
-    p.add_argument("--fault", default=None, choices=sorted(FAULTS), help=argparse.SUPPRESS)
-    p.add_argument("--fault-attack", default="flip", help=argparse.SUPPRESS)
-    return p
-
-
-def parse_lists(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    attacks = [a for a in args.attacks.split(",") if a]
-    if args.collectives:
-        collectives = [c for c in args.collectives.split(",") if c]
-    else:
-        collectives = [c for c in COLLECTIVES if c != "ddp_step" or ddp_available()]
-    _check_lists(attacks, collectives)
-    if "ddp_step" in collectives and not ddp_available():
-        raise ConfigError("ddp_step needs ccddp.ddp.SecureDDP, which this installation lacks")
-    if args.timeout <= 0 or args.stall_timeout <= 0:
-        raise ConfigError("timeouts must be positive")
-    return attacks, collectives
 
 
 def main() -> None:

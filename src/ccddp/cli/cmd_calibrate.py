@@ -1,7 +1,8 @@
 """``ccddp calibrate``: measure this machine with micro-benchmarks and write a hardware
 profile (the ``local`` profile of the performance model) that any ``--profile`` takes.
 
-Only micro-benchmarks run (crypto rates and per-call cost, gloo P2P latency and
+Only micro-benchmarks run (crypto per-call cost and per-byte rate fitted separately
+over a sweep of sizes, with their standard errors, and a sweep of chains; gloo P2P latency and
 bandwidth, reduction, copy, optimizer and matmul rates, the pipelined engine's
 per-message cost); training runs never feed the profile, so ``ccddp validate`` can test
 the model against them honestly.
@@ -35,7 +36,44 @@ def register(subparsers) -> None:
                    help="fewer sizes and repetitions (seconds, less accurate; for tests)")
     p.add_argument("--json", metavar="PATH",
                    help="also write every measurement and the model checks as JSON")
+    p.add_argument("--device-sweep", nargs="+", metavar="JSON",
+                   help="instead of measuring this host: fill a GPU profile's crypto fields "
+                        "from `ccddp bench channel --device cuda --size S --json` results at "
+                        "two or more sizes (with --base)")
+    p.add_argument("--base", default="h100-cc",
+                   help="with --device-sweep: the profile whose other fields are kept "
+                        "(default: h100-cc)")
     p.set_defaults(func=run)
+
+
+def run_device_sweep(args: argparse.Namespace) -> int:
+    from ccddp.bench.calibrate_fit import device_profile
+    from ccddp.sim.profile import load_profile, write_profile
+
+    results = []
+    for path in args.device_sweep:
+        try:
+            with open(path, encoding="utf-8") as f:
+                results.append(json.load(f))
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"cannot read {path}: {e}") from None
+    for path, r in zip(args.device_sweep, results):
+        if not isinstance(r, dict) or "seal" not in (r.get("rows") or {}):
+            raise ConfigError(f"{path} is not a `ccddp bench channel --device cuda --json` result")
+    base = load_profile(args.base)
+    d = device_profile(base, results)
+    d["name"] = args.name if args.name != "local" else base.name
+    try:
+        write_profile(d, args.out, header=[f"{d['name']}: {base.name} with its crypto measured "
+                                           f"by a device sweep ({len(results)} sizes)."])
+    except OSError as e:
+        raise ConfigError(f"cannot write {args.out}: {e.strerror}") from None
+    for key in ("crypto_op_us", "enc_gbps", "dec_gbps", "xor_gbps"):
+        rec = d[key]
+        print(f"{key} = {rec.value:g}" + (f" +- {rec.stderr:g}" if rec.stderr else "")
+              + f"  ({rec.source.value})")
+    print(f"wrote {args.out}")
+    return 0
 
 
 def _finite(x):
@@ -50,34 +88,43 @@ def _finite(x):
 
 
 def run(args: argparse.Namespace) -> int:
+    if not str(args.out).endswith(".toml"):
+        raise ConfigError(f"--out must name a .toml file, got {args.out!r}")
+    if args.device_sweep:
+        return run_device_sweep(args)
     from rich.console import Console
     from rich.table import Table
 
     from ccddp.bench.calibrate import calibrate
+    from ccddp.bench.calibrate_fit import records_json
     from ccddp.sim.profile import write_profile
 
-    if not str(args.out).endswith(".toml"):
-        raise ConfigError(f"--out must name a .toml file, got {args.out!r}")
     err = Console(stderr=True)
     with err.status("calibrating") as status:
         result = calibrate(args.world_size, fast=args.fast, name=args.name,
                            progress=lambda m: status.update(f"calibrating: {m}"))
     try:
-        write_profile(result["profile"], args.out, notes=result["notes"],
-                      header=result["header"])
+        write_profile(result["profile"], args.out, header=result["header"])
     except OSError as e:
         raise ConfigError(f"cannot write {args.out}: {e.strerror}") from None
-    p = result["profile"]
+    p = {k: getattr(v, "value", v) for k, v in result["profile"].items()}
     t = Table(title=f"ccddp calibrate: {args.world_size} local ranks, "
                     f"{result['seconds']:.0f} s", title_justify="left")
     t.add_column("field")
     t.add_column("value", justify="right")
+    rec = result["profile"]
+
+    def shown(key: str, unit: str) -> str:
+        se = getattr(rec[key], "stderr", None)
+        return f"{p[key]:g}" + (f" +- {se:g}" if se else "") + f" {unit}".rstrip()
+
     for key, unit in (("enc_gbps", "GB/s"), ("dec_gbps", "GB/s"), ("crypto_op_us", "us"),
                       ("link_gbps", "GB/s"), ("link_latency_us", "us"),
                       ("reduce_gbps", "GB/s"), ("segment_overhead_us", "us"),
                       ("pcie_gbps", "GB/s"), ("optimizer_gbps", "GB/s"),
-                      ("compute_tflops", "TFLOP/s"), ("host_cores", "")):
-        t.add_row(key, f"{p[key]:g} {unit}".strip())
+                      ("compute_tflops", "TFLOP/s"), ("envelope_chains", "chains"),
+                      ("host_cores", "")):
+        t.add_row(key, shown(key, unit))
     Console(width=120).print(t)
     c = Table(title="model check: measured all-reduces vs the calibrated model "
                     "(fitted: a profile field was solved from that number)", title_justify="left")
@@ -93,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         try:
             with open(args.json, "w") as f:
-                json.dump(_finite(result), f, indent=2)
+                json.dump(_finite({**result, "profile": records_json(result["profile"])}),
+                          f, indent=2)
         except OSError as e:
             raise ConfigError(f"cannot write {args.json}: {e.strerror}") from None
         print(f"wrote {args.json}")

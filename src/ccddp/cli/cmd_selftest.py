@@ -21,7 +21,7 @@ SUMMARY = "attack the secure collectives of local ranks on this machine and show
 
 
 def register(sub) -> None:
-    from ccddp.bench.selftest import build_parser
+    from ccddp.bench.selftest_options import build_parser
 
     p = sub.add_parser("selftest", parents=[build_parser(add_help=False)], help=SUMMARY,
                        description="Launch N local ranks, run every attack of the adversarial link layer against "
@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 def _fault_rows(world_size: int, timeout_s: float) -> list[dict]:
     from ccddp.bench.launch import torchrun
-    from ccddp.bench.selftest import FAULTS
+    from ccddp.bench.selftest_options import FAULTS
 
     rows = []
     # Start-up (imports, rendezvous) is part of the wall time; detection is bounded by timeout_s.
@@ -60,7 +60,7 @@ def _fault_rows(world_size: int, timeout_s: float) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     from ccddp.bench.launch import torchrun
-    from ccddp.bench.selftest import ROW_KEYS, parse_lists
+    from ccddp.bench.selftest_options import ROW_KEYS, parse_lists
     from ccddp.report.tables import print_table
 
     attacks, collectives = parse_lists(args)

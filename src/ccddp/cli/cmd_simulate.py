@@ -1,13 +1,15 @@
 """``ccddp simulate``: predict CC-off vs CC-on iteration time with the performance model.
 
-The model (``ccddp.sim``) never imports torch; this command is where real DDP bucket
-plans come in, from ``ccddp.workloads`` (which does), or from a workload profile JSON
-written from a measured run.
+The model (``ccddp.sim``) never imports torch, and neither does this command: the paper's
+workloads come from the table shipped with ccddp (DDP's real bucket plans and per-parameter
+sizes, generated from the model definitions), or from a workload profile JSON written
+from a measured run.
 
 Example::
 
     ccddp simulate --profile paper-h100 --workload all --gpus 2,4,8 --schedule naive
     ccddp simulate --profile h100-cc --workload gpt2-xl --gpus 8,64,1024 --json out.json
+    ccddp simulate --workload all --gpus 1024 --schedule naive,pipelined
 """
 
 from __future__ import annotations
@@ -24,9 +26,15 @@ WORKLOAD_NAMES = ("graphsage", "resnet50", "resnet101", "bert-base", "bert-large
                   "gpt2-large", "gpt2-xl")
 
 EPILOG = """\
-profiles: paper-h100 (the paper's emulation, fitted), h100-cc, h200-cc (Hopper CC, seed
-003), b300-cc (Blackwell CC: encrypted NVLink, multicast off), local (this CPU machine),
-or a path to a TOML profile (e.g. written by `ccddp calibrate --out PATH`).
+profiles: paper-h100 (the paper's emulation: software AES-GCM on every NVLink hop),
+h100-cc, h200-cc (Hopper CC as in production: NVLink fenced in plaintext, tolls), b300-cc
+(Blackwell CC: NVLink encrypted in hardware, multicast off), local (a CPU host), or a path
+to a TOML profile (e.g. written by `ccddp calibrate --out PATH`).
+
+schedules: native (the CC system's own protection: the library's all-reduce inside the
+node; only for profiles whose device link is fenced or encrypted), naive (the paper's:
+seal a whole chunk, send, open), pipelined (ccddp's secure collectives), group-key-allgather.
+Default: native where the profile allows it, else pipelined.
 
 breakdown columns (ms per iteration, CC on): fwd, bwd; comm = exposed communication
 without its crypto; crypto = the exposed share due to AES-GCM; bounce = input sealing and
@@ -49,8 +57,10 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--profile", default="paper-h100",
                    help="built-in hardware profile or TOML path (default: paper-h100)")
-    p.add_argument("--schedule", choices=SCHEDULES, default="pipelined",
-                   help="CC-on all-reduce schedule (default: pipelined, ccddp's 'secure')")
+    p.add_argument("--schedule", default=None, metavar="NAME[,NAME]",
+                   help=f"CC-on all-reduce schedule(s), comma list of {', '.join(SCHEDULES)} "
+                        "(default: the profile's native protection where it has one, else "
+                        "pipelined, ccddp's 'secure')")
     p.add_argument("--algorithm", choices=ALGORITHMS, default="ring")
     p.add_argument("--bucket-cap-mb", type=float, default=None,
                    help="DDP bucket_cap_mb (default: DDP's 25 MiB with a 1 MiB first bucket)")
@@ -61,9 +71,9 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tag", choices=TAGS, default="segment",
                    help="one tag per segment, or per chunk message")
     p.add_argument("--mac-batch", type=int, default=1,
-                   help="segments per tag (batched MAC, seed 002; model only)")
+                   help="segments per tag (batched MAC; model only)")
     p.add_argument("--pad-budget-mb", type=float, default=0.0,
-                   help="pre-computed pad bytes per peer in MiB (seed 002; 0 = off)")
+                   help="pre-computed pad bytes per peer in MiB (0 = off)")
 
 
 def register(subparsers) -> None:
@@ -84,21 +94,28 @@ def parse_gpus(text: str) -> list[int]:
         gpus = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
         raise ConfigError(f"--gpus must be a comma list of integers, got {text!r}") from None
-    if not gpus or any(g < 1 for g in gpus):
-        raise ConfigError(f"--gpus needs positive integers, got {text!r}")
+    if not gpus or any(g < 2 for g in gpus):
+        raise ConfigError(f"--gpus needs world sizes >= 2 (one GPU exchanges no gradients, so there is nothing "
+                          f"to seal), got {text!r}")
     return gpus
 
 
-def schedule_from_args(args: argparse.Namespace):
-    from ccddp.sim.schedule import Schedule
+def schedules_from_args(args: argparse.Namespace, hw) -> list:
+    """The schedules ``--schedule`` names (one or a comma list), with the other options."""
+    from ccddp.sim.schedule import SCHEDULES, Schedule
 
     if not args.segment_mb > 0 or not args.pad_budget_mb >= 0:
         raise ConfigError("--segment-mb must be > 0 and --pad-budget-mb >= 0")
-    return Schedule(schedule=args.schedule, algorithm=args.algorithm,
-                    bucket_cap_mb=args.bucket_cap_mb,
-                    segment_bytes=int(args.segment_mb * MIB), chains=args.chains,
-                    tag=args.tag, mac_batch=args.mac_batch,
-                    pad_budget_bytes=args.pad_budget_mb * MIB)
+    names = [s.strip() for s in (args.schedule or "").split(",") if s.strip()] or \
+        [Schedule.default_for(hw).schedule]
+    for name in names:
+        if name not in SCHEDULES:
+            raise ConfigError(f"unknown schedule {name!r}; choose from {', '.join(SCHEDULES)}")
+    return [Schedule(schedule=name, algorithm=args.algorithm,
+                     bucket_cap_mb=args.bucket_cap_mb,
+                     segment_bytes=int(args.segment_mb * MIB), chains=args.chains,
+                     tag=args.tag, mac_batch=args.mac_batch,
+                     pad_budget_bytes=args.pad_budget_mb * MIB) for name in names]
 
 
 def workload_names(text: str) -> list[str]:
@@ -111,10 +128,8 @@ def workload_names(text: str) -> list[str]:
     return names
 
 
-from ccddp.bench.projection import model_workload  # noqa: E402  (re-exported for tune)
-
-
 def load_workloads(args: argparse.Namespace, hw, *, many: bool = True) -> list:
+    from ccddp.sim.catalog import catalog_workload
     from ccddp.sim.workload import load_workload_profile
 
     if args.workload_profile:
@@ -122,14 +137,7 @@ def load_workloads(args: argparse.Namespace, hw, *, many: bool = True) -> list:
     names = workload_names(args.workload)
     if not many and len(names) != 1:
         raise ConfigError("give exactly one workload")
-    from rich.console import Console
-
-    out = []
-    with Console(stderr=True).status("building DDP bucket plans") as status:
-        for n in names:
-            status.update(f"building DDP bucket plan: {n}")
-            out.append(model_workload(n, hw))
-    return out
+    return [catalog_workload(n, hw) for n in names]
 
 
 def _fmt(v: float) -> str:
@@ -171,17 +179,24 @@ def write_json(path: str, data: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ccddp.sim import load_profile, sweep
+    from ccddp.sim.envelope import outside_envelope
 
     hw = load_profile(args.profile)
-    sched = schedule_from_args(args)
+    scheds = schedules_from_args(args, hw)
     gpus = parse_gpus(args.gpus)
     workloads = load_workloads(args, hw)
-    rows = sweep(hw, workloads, sched, gpus)
-    title = (f"ccddp simulate: profile {hw.name}, schedule {sched.schedule}/{sched.algorithm}, "
-             f"chains {sched.chains_for(hw)}, buckets "
-             f"{'DDP default' if sched.bucket_cap_mb is None else f'{sched.bucket_cap_mb:g} MiB'}"
-             + (f", segment {args.segment_mb:g} MiB" if sched.segmented else ""))
-    console().print(rows_table(rows, title))
+    out, rows = console(), []
+    for sched in scheds:
+        part = sweep(hw, workloads, sched, gpus)
+        rows += part
+        chains = f", chains {sched.chains_for(hw, max(gpus))}" if sched.sealed else ""
+        title = (f"ccddp simulate: profile {hw.name}, schedule {sched.schedule}/"
+                 f"{sched.algorithm}{chains}, buckets "
+                 f"{'DDP default' if sched.bucket_cap_mb is None else f'{sched.bucket_cap_mb:g} MiB'}"
+                 + (f", segment {args.segment_mb:g} MiB" if sched.segmented else ""))
+        out.print(rows_table(part, title))
+        for note in outside_envelope(hw, sched, max(gpus)):
+            out.print(f"note: {note}")
     if args.json:
         write_json(args.json, rows)
         print(f"wrote {args.json}")

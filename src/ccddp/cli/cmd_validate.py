@@ -4,8 +4,8 @@ For every measured CC-on run (``ccddp train --json``, or ``ccddp characterize``'
 results.json) that has a CC-off run of the same workload, shapes and world size, the
 model predicts the CC-on iteration from the hardware profile (``ccddp calibrate``) and
 compute times of the CC-off run only, and the table says whether the prediction is within
-20 % of the measured CC-on time and the predicted CC-on/CC-off ratio within 10 % of the
-measured one (issue #5).
+10 % of the measured CC-on time and the predicted CC-on/CC-off ratio within 10 % of the
+measured one.
 
 Example::
 
@@ -24,8 +24,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "validate", help="compare the model's CC-on predictions with measured training runs",
         description="Predict measured CC-on training runs from a hardware profile and the "
-                    "CC-off runs' compute times; report the errors against issue #5's "
-                    "20 % (time) / 10 % (CC-on/CC-off ratio) targets.")
+                    "CC-off runs' compute times; report the errors against the 10 % (time) "
+                    "/ 10 % (CC-on/CC-off ratio) targets.")
     p.add_argument("--profile", default="local",
                    help="hardware profile: built-in name or TOML path from `ccddp calibrate` "
                         "(default: local)")

@@ -326,7 +326,7 @@ class AdversarialTransport(Transport):
     # -- frames out --------------------------------------------------------------------
     def _post(self, wire: torch.Tensor, dst: int):
         try:
-            work = dist.isend(wire, self._global[dst], group=self.pg, tag=self.tag)
+            work = self.post_send(self.pg, wire, dst, self.tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot send to rank {dst}") from None
         self._in_flight.append((work, wire))
@@ -440,7 +440,7 @@ class AdversarialTransport(Transport):
             index = self._recv_index[src]
             self._recv_index[src] += 1
             try:
-                work = dist.irecv(frame, self._global[src], group=self.pg, tag=self.tag)
+                work = self.post_recv(self.pg, frame, src, self.tag)
             except RuntimeError as e:
                 raise self.peer_failed(e, f"cannot receive from rank {src}") from None
             self._in_flight.append((work, frame))

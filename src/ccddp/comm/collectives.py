@@ -2,8 +2,9 @@
 
 Each takes a :class:`SecureGroup` whose settings pick the implementation: ``gloo``
 (torch.distributed's own, plaintext), ``ring`` (plaintext ring over P2P), ``secure-naive``
-(the paper's emulation) or ``secure`` (pipelined). Reduction is SUM, in place, on CPU
-tensors of any dtype; results equal ``dist.all_reduce`` up to summation order.
+(the paper's emulation) or ``secure`` (pipelined). Reductions (SUM by default, or any
+:class:`~ccddp.comm.reduce.Reduction`) run in place on CPU tensors of any dtype they are
+defined for; results equal ``dist.all_reduce`` up to summation order.
 
 With each secure collective each rank sends its ring neighbours a sealed descriptor (op,
 element count, dtype, settings), in the same round trip as the data: ranks that call
@@ -30,13 +31,14 @@ from ccddp.comm.group import SecureGroup
 from ccddp.comm.transport import all_gather_flat
 from ccddp.comm.naive import run_naive
 from ccddp.comm.pipeline import dtype_name, run_pipelined
-from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan
+from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan, sized_bounds
+from ccddp.comm.reduce import Reduction
 from ccddp.comm.tree import run_tree_allreduce, tree_links
 from ccddp.crypto.aad import DTYPE_NAME_BYTES, FrameContext, Op, Phase, dtype_field
 from ccddp.crypto.channel import TAG_BYTES
 from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
 
-_DESC = struct.Struct(f">BQ{DTYPE_NAME_BYTES}sI16s")
+_DESC = struct.Struct(f">BBQ{DTYPE_NAME_BYTES}sI16s")
 
 
 def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -48,14 +50,18 @@ def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
     return t.view(-1)
 
 
-def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int) -> bytes:
-    return _DESC.pack(int(op), numel, dtype_field(dtype), root, g.settings_digest)
+def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int, reduction: Reduction) -> bytes:
+    return _DESC.pack(int(op), int(reduction), numel, dtype_field(dtype), root, g.settings_digest)
 
 
 def _explain(blob: bytes) -> str:
-    op, numel, dtype, root, _ = _DESC.unpack(blob)
+    op, reduction, numel, dtype, root, _ = _DESC.unpack(blob)
     name = dtype.rstrip(b"\0").decode(errors="replace")
-    return f"{Op(op).name.lower()} of {numel} {name} elements (root {root})"
+    try:
+        red = Reduction(reduction).name
+    except ValueError:
+        red = str(reduction)
+    return f"{Op(op).name.lower()} of {numel} {name} elements (root {root}, {red})"
 
 
 class _Descriptors:
@@ -137,81 +143,115 @@ class _Unchecked:
 
 
 def _exchange(g: SecureGroup, seq: int, op: Op, numel: int, dtype: str, root: int,
-              send_to: list[int], recv_from: list[int]) -> _Descriptors | _Unchecked:
+              send_to: list[int], recv_from: list[int],
+              reduction: Reduction = Reduction.SUM) -> _Descriptors | _Unchecked:
     """Post the descriptor exchange, if these settings run with one."""
     s = g.settings
     if not (s.secure and s.check_descriptors):
         return _Unchecked()
-    return _Descriptors(g, seq, _describe(g, op, numel, dtype, root), send_to, recv_from)
+    return _Descriptors(g, seq, _describe(g, op, numel, dtype, root, reduction), send_to, recv_from)
 
 
-def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, root: int = 0) -> None:
+def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, root: int = 0,
+              reduction: Reduction = Reduction.SUM) -> None:
     s = g.settings
     seq = g.next_seq()
     desc = _exchange(g, seq, op, flat.numel(), dtype_name(flat), root,
                      sorted({st.send_peer for st in steps if st.send_peer is not None}),
-                     sorted({st.recv_peer for st in steps if st.recv_peer is not None}))
+                     sorted({st.recv_peer for st in steps if st.recv_peer is not None}), reduction)
     if s.impl == "secure-naive":
-        run_naive(g, flat, steps, op, seq, tag=desc.tag, gate=desc.verify)
+        run_naive(g, flat, steps, op, seq, tag=desc.tag, gate=desc.verify, reduction=reduction)
     else:
         seg = None if (s.tag == "message" and s.secure) else s.segment_bytes
         run_pipelined(g, flat, steps, op, seq, secure=s.secure, seg_bytes=seg,
-                      group_key=s.allgather == "group-key", tag=desc.tag, gate=desc.verify)
+                      group_key=s.allgather == "group-key", tag=desc.tag, gate=desc.verify, reduction=reduction)
     desc.verify()  # a rank that received no data (broadcast root) checks here
 
 
-def all_reduce(tensor: torch.Tensor, group: SecureGroup) -> torch.Tensor:
-    """Sum ``tensor`` over the group, in place; returns it."""
+def _torch_op(reduction: Reduction):
+    return dist.ReduceOp.SUM if reduction == Reduction.AVG else getattr(dist.ReduceOp, reduction.name)
+
+
+def all_reduce(tensor: torch.Tensor, group: SecureGroup, op: Reduction | str = Reduction.SUM) -> torch.Tensor:
+    """Reduce ``tensor`` over the group (SUM unless ``op`` says otherwise), in place; returns it."""
     flat = _flat(tensor, "all_reduce")
+    reduction = Reduction.from_name(op)
+    reduction.check(flat.dtype, "all_reduce")
     s = group.settings
     if s.impl == "gloo":
-        dist.all_reduce(tensor, group=group.pg)
+        dist.all_reduce(tensor, op=_torch_op(reduction), group=group.pg)
     elif s.algorithm == "tree":
         seq = group.next_seq()
         parent, children = tree_links(group.rank, group.world_size)
         peers = children + ([parent] if parent is not None else [])
-        desc = _exchange(group, seq, Op.TREE_ALL_REDUCE, flat.numel(), dtype_name(flat), 0, peers, peers)
+        desc = _exchange(group, seq, Op.TREE_ALL_REDUCE, flat.numel(), dtype_name(flat), 0, peers, peers, reduction)
         seg = None if (s.tag == "message" or s.impl == "secure-naive") else s.segment_bytes
-        run_tree_allreduce(group, flat, seq, secure=s.secure, seg_bytes=seg, tag=desc.tag, gate=desc.verify)
+        run_tree_allreduce(group, flat, seq, secure=s.secure, seg_bytes=seg, tag=desc.tag, gate=desc.verify,
+                           reduction=reduction)
         desc.verify()
     else:
-        _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE)
+        _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE,
+                  reduction=reduction)
+    reduction.finish(tensor, group.world_size)
     return tensor
 
 
-def reduce_scatter(output: torch.Tensor, input: torch.Tensor, group: SecureGroup) -> torch.Tensor:
-    """``output`` (on rank r) = sum over ranks of chunk r of ``input``; ``input`` is unchanged.
+def reduce_scatter(output: torch.Tensor, input: torch.Tensor, group: SecureGroup,
+                   op: Reduction | str = Reduction.SUM, *, sizes: list[int] | None = None) -> torch.Tensor:
+    """``output`` (on rank r) = the reduction over ranks of chunk r of ``input``; ``input``
+    is unchanged.
 
-    ``input`` holds ``world_size * output.numel()`` elements.
+    ``input`` holds ``world_size * output.numel()`` elements, or, with ``sizes`` (every
+    rank's output length, the same list on every rank), ``sum(sizes)``.
     """
     n = group.world_size
     out, inp = _flat(output, "reduce_scatter output"), _flat(input, "reduce_scatter input")
-    if inp.numel() != n * out.numel() or inp.dtype != out.dtype:
+    reduction = Reduction.from_name(op)
+    reduction.check(out.dtype, "reduce_scatter")
+    bounds = _uneven_bounds("reduce_scatter", sizes, n, group.rank, out.numel(), inp.numel())
+    if (bounds is None and inp.numel() != n * out.numel()) or inp.dtype != out.dtype:
         raise ConfigError(f"reduce_scatter: input must hold world_size x output elements of the same dtype "
                           f"({inp.numel()} {inp.dtype} vs {n} x {out.numel()} {out.dtype})")
-    if group.settings.impl == "gloo":
-        dist.reduce_scatter_tensor(output, input, group=group.pg)
+    if group.settings.impl == "gloo" and bounds is None:
+        dist.reduce_scatter_tensor(output, input, op=_torch_op(reduction), group=group.pg)
+        reduction.finish(output, n)
         return output
     work = inp.clone()
-    _run_ring(group, work, ring_plan(group.rank, n, work.numel(), "reduce_scatter"), Op.REDUCE_SCATTER)
-    a, b = chunk_bounds(work.numel(), n)[group.rank]
+    _run_ring(group, work, ring_plan(group.rank, n, work.numel(), "reduce_scatter", bounds), Op.REDUCE_SCATTER,
+              reduction=reduction)
+    a, b = (bounds or chunk_bounds(work.numel(), n))[group.rank]
     out.copy_(work[a:b])
+    reduction.finish(output, n)
     return output
 
 
-def all_gather(output: torch.Tensor, input: torch.Tensor, group: SecureGroup) -> torch.Tensor:
-    """``output`` = the ``input`` of every rank, concatenated in rank order."""
+def _uneven_bounds(what: str, sizes: list[int] | None, n: int, rank: int, mine: int,
+                   total: int) -> list[tuple[int, int]] | None:
+    """Chunk bounds from per-rank ``sizes``, checked against this rank's tensors."""
+    if sizes is None:
+        return None
+    if len(sizes) != n or sizes[rank] != mine or sum(sizes) != total or min(sizes) < 0:
+        raise ConfigError(f"{what}: sizes {sizes} do not fit a group of {n} with {mine} elements on rank "
+                          f"{rank} and {total} in all")
+    return sized_bounds(sizes)
+
+
+def all_gather(output: torch.Tensor, input: torch.Tensor, group: SecureGroup, *,
+               sizes: list[int] | None = None) -> torch.Tensor:
+    """``output`` = the ``input`` of every rank, concatenated in rank order; ``sizes``
+    (every rank's input length, the same list on every rank) allows unequal inputs."""
     n = group.world_size
     out, inp = _flat(output, "all_gather output"), _flat(input, "all_gather input")
-    if out.numel() != n * inp.numel() or inp.dtype != out.dtype:
+    bounds = _uneven_bounds("all_gather", sizes, n, group.rank, inp.numel(), out.numel())
+    if (bounds is None and out.numel() != n * inp.numel()) or inp.dtype != out.dtype:
         raise ConfigError(f"all_gather: output must hold world_size x input elements of the same dtype "
                           f"({out.numel()} {out.dtype} vs {n} x {inp.numel()} {inp.dtype})")
-    if group.settings.impl == "gloo":
+    if group.settings.impl == "gloo" and bounds is None:
         all_gather_flat(output, input, group=group.pg)
         return output
-    a, b = chunk_bounds(out.numel(), n)[group.rank]
+    a, b = (bounds or chunk_bounds(out.numel(), n))[group.rank]
     out[a:b].copy_(inp)
-    _run_ring(group, out, ring_plan(group.rank, n, out.numel(), "all_gather"), Op.ALL_GATHER)
+    _run_ring(group, out, ring_plan(group.rank, n, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
     return output
 
 

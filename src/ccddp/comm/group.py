@@ -44,13 +44,16 @@ class SecureGroup:
 
     def __init__(self, settings: CommSettings | None = None, secret: GroupSecret | None = None,
                  pg: dist.ProcessGroup | None = None, *, recorder: NonceRecorder | None = None,
-                 transport: Transport | None = None, establishment: KeyEstablishment | None = None) -> None:
-        if not dist.is_initialized():
+                 transport: Transport | None = None, establishment: KeyEstablishment | None = None,
+                 ranks: list[int] | None = None) -> None:
+        if pg is None and not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
         self.settings = settings or CommSettings()
+        # A registered group, or a bare gloo backend (the ccddp backend's internal links,
+        # which then comes with its transport).
         self.pg = pg if pg is not None else dist.group.WORLD
-        self.rank = dist.get_rank(self.pg)
-        self.world_size = dist.get_world_size(self.pg)
+        self.rank = self.pg.rank()
+        self.world_size = self.pg.size()
         if self.world_size < 2:
             raise ConfigError("secure collectives need a world size of at least 2")
         if self.settings.secure and secret is None and establishment is None:
@@ -73,7 +76,9 @@ class SecureGroup:
         self.transport = transport
         # What every rank must agree on: the group's identity and its settings. It is
         # hashed into the session id, so keys are bound to it.
-        context = {"world size": self.world_size, "group ranks": dist.get_process_group_ranks(self.pg),
+        # ``ranks``: the global ranks of a bare gloo backend, which torch does not know.
+        ranks = ranks if ranks is not None else dist.get_process_group_ranks(self.pg)
+        context = {"world size": self.world_size, "group ranks": list(ranks),
                    "collective settings": self.settings.fingerprint()}
         self.keys: EstablishedKeys | None = None
         if establishment is not None:

@@ -13,20 +13,21 @@ import torch
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.plan import Step, segment_bounds
+from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 from ccddp.errors import FrameLabel
 
 
 def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
-              tag: int, gate: Callable[[], None]) -> None:
+              tag: int, gate: Callable[[], None], reduction: Reduction = Reduction.SUM) -> None:
     """Run ``steps`` on ``flat`` in place, one whole-chunk message per step (cut into
     frames only where a chunk exceeds what one AES-GCM call takes), on gloo tag ``tag``;
     ``gate`` runs before a step's receives are waited on (it acts once)."""
     for st in steps:
         # One call per step: its chunk-sized frames are released before the next step
         # allocates its own (for DDP's first-iteration bucket each is GBs).
-        _run_step(g, flat, st, op, seq, tag, gate)
+        _run_step(g, flat, st, op, seq, tag, gate, reduction)
 
 
 def _frames(g: SecureGroup, region: tuple[int, int], isz: int, name: str) -> list:
@@ -41,7 +42,8 @@ def _frames(g: SecureGroup, region: tuple[int, int], isz: int, name: str) -> lis
     return out
 
 
-def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, tag: int, gate) -> None:
+def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, tag: int, gate,
+              reduction: Reduction) -> None:
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     where = f"{op.name.lower()}#{seq}"
     recvs, sends = [], []
@@ -67,7 +69,7 @@ def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, ta
             plain = rx_frame[:n]  # opened in place, as in the pipelined engine
             g.rx(st.recv_peer).open(rx_frame.numpy(), plain.numpy(), aad, collective=where, step=st.index,
                                     segment=j)
-            flat[a:b].add_(plain.view(flat.dtype))
+            reduction.combine(flat[a:b], plain.view(flat.dtype))
     if recvs:
         g.counters.add_message(sealed=False)
     for work in sends:

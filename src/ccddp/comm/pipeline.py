@@ -34,6 +34,7 @@ import torch
 
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.plan import Step, segment_bounds
+from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 from ccddp.errors import FrameLabel
@@ -65,8 +66,10 @@ def _run_all(jobs) -> None:
 
 class _Pipeline:
     def __init__(self, g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int,
-                 *, secure: bool, seg_bytes: int | None, group_key: bool, tag: int, gate) -> None:
+                 *, secure: bool, seg_bytes: int | None, group_key: bool, tag: int, gate,
+                 reduction: Reduction = Reduction.SUM) -> None:
         self.g, self.flat, self.steps, self.op, self.seq = g, flat, steps, op, seq
+        self.reduction = reduction
         self.tag, self.gate = tag, gate
         self.secure = secure
         self.group_key = group_key and secure
@@ -150,7 +153,9 @@ class _Pipeline:
         region = self.flat[a:b]
         frame = self.rx_frames[s, j]
         if not self.secure:
-            return (lambda: region.add_(frame.view(self.flat.dtype))) if st.action == "reduce" else None
+            if st.action != "reduce":
+                return None
+            return lambda: self.reduction.combine(region, frame.view(self.flat.dtype))
         nbytes = (b - a) * self.isz
         if self._forwarding(s):
             ch, aad = self.g.group_channel(st.recv_chunk), self._group_ctx(st.recv_chunk, j, nbytes)
@@ -169,7 +174,7 @@ class _Pipeline:
 
         def open_and_reduce() -> None:
             opened()
-            region.add_(as_dtype)
+            self.reduction.combine(region, as_dtype)
 
         return open_and_reduce
 
@@ -287,8 +292,9 @@ class _Pipeline:
 
 def run_pipelined(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
                   secure: bool, seg_bytes: int | None, group_key: bool = False, tag: int,
-                  gate: Callable[[], None]) -> None:
+                  gate: Callable[[], None], reduction: Reduction = Reduction.SUM) -> None:
     """Run ``steps`` on the 1-D contiguous CPU tensor ``flat`` in place, its messages on
-    gloo tag ``tag``; ``gate`` runs before the first wait on a peer (it acts once)."""
+    gloo tag ``tag``; ``gate`` runs before the first wait on a peer (it acts once);
+    ``reduction`` combines a received segment with the local one in reduce steps."""
     _Pipeline(g, flat, steps, op, seq, secure=secure, seg_bytes=seg_bytes, group_key=group_key,
-              tag=tag, gate=gate).run()
+              tag=tag, gate=gate, reduction=reduction).run()

@@ -19,6 +19,15 @@ from dataclasses import dataclass
 from ccddp.crypto.aad import Phase
 
 
+def sized_bounds(sizes: list[int]) -> list[tuple[int, int]]:
+    """Contiguous chunks of the given lengths (uneven all-gather and reduce-scatter)."""
+    bounds, start = [], 0
+    for size in sizes:
+        bounds.append((start, start + size))
+        start += size
+    return bounds
+
+
 def chunk_bounds(numel: int, n: int) -> list[tuple[int, int]]:
     """Split ``numel`` elements into ``n`` contiguous chunks, the first ``numel % n`` one longer."""
     base, extra = divmod(numel, n)
@@ -59,9 +68,11 @@ class Step:
     recv_chunk: int | None = None
 
 
-def ring_plan(rank: int, n: int, numel: int, phase: str) -> list[Step]:
-    """Steps of a ring ``reduce_scatter``, ``all_gather`` or ``all_reduce`` (both)."""
-    bounds = chunk_bounds(numel, n)
+def ring_plan(rank: int, n: int, numel: int, phase: str,
+              bounds: list[tuple[int, int]] | None = None) -> list[Step]:
+    """Steps of a ring ``reduce_scatter``, ``all_gather`` or ``all_reduce`` (both);
+    chunk ``c`` is ``bounds[c]`` (default: :func:`chunk_bounds`)."""
+    bounds = bounds or chunk_bounds(numel, n)
     nxt, prev = (rank + 1) % n, (rank - 1) % n
     steps: list[Step] = []
     if phase in ("reduce_scatter", "all_reduce"):

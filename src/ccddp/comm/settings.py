@@ -12,6 +12,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, replace
 
+from ccddp.chains import auto_chains
 from ccddp.crypto.channel import DEFAULT_ROTATE_AFTER, AeadEngine
 from ccddp.errors import ConfigError
 
@@ -102,7 +103,7 @@ class CommSettings:
         if self.chains:
             return self.chains
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-        return max(1, (os.cpu_count() or 1) // max(1, local))
+        return auto_chains(os.cpu_count() or 1, local)
 
     def channel_options(self) -> dict:
         """What every link channel of a group is built with, besides its key and counter."""

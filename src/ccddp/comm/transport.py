@@ -5,6 +5,10 @@ of the data and the plaintext all-gathers of the setup (:meth:`Transport.exchang
 so tests (and users checking their cluster) can put an adversary on the link by
 subclassing it (see ``ccddp.comm.adversary``). gloo P2P work objects have no futures;
 completion is polled with ``is_completed`` and awaited with a timeout.
+
+The process groups may be registered torch.distributed groups (used through
+torch.distributed's functions) or bare gloo backends that nothing else knows of (the
+``ccddp`` backend's internal links, used through their own ``send``/``recv``/``allgather``).
 """
 
 from __future__ import annotations
@@ -22,8 +26,7 @@ from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
 class Transport:
     """Sends and receives uint8 tensors between ranks of one process group.
 
-    Ranks are group ranks; they are translated to global ranks for torch.distributed.
-    gloo matches a receive to a send by peer and ``tag``, in posting order; a secure
+    Ranks are group ranks. gloo matches a receive to a send by peer and ``tag``, in posting order; a secure
     collective sends its data on a tag of its own (see ``ccddp.comm.collectives``).
     """
 
@@ -31,9 +34,9 @@ class Transport:
                  downward: dist.ProcessGroup | None = None) -> None:
         self.pg = pg
         self.downward = downward
-        self.rank = dist.get_rank(pg)
+        self.rank = pg.rank()
         self.timeout = timedelta(seconds=timeout_s)
-        self._global = [dist.get_global_rank(pg, r) for r in range(dist.get_world_size(pg))]
+        self._global = global_ranks(pg)
 
     def _link(self, src: int, dst: int) -> dist.ProcessGroup:
         # gloo serializes a connection's reads and writes on one lock, so a rank that
@@ -44,15 +47,27 @@ class Transport:
 
     def isend(self, frame: torch.Tensor, dst: int, tag: int = 0):
         try:
-            return dist.isend(frame, self._global[dst], group=self._link(self.rank, dst), tag=tag)
+            return self.post_send(self._link(self.rank, dst), frame, dst, tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot send to rank {dst}") from None
 
     def irecv(self, frame: torch.Tensor, src: int, tag: int = 0):
         try:
-            return dist.irecv(frame, self._global[src], group=self._link(src, self.rank), tag=tag)
+            return self.post_recv(self._link(src, self.rank), frame, src, tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot receive from rank {src}") from None
+
+    def post_send(self, pg: dist.ProcessGroup, frame: torch.Tensor, dst: int, tag: int):
+        """gloo's send of ``frame`` to group rank ``dst`` on ``pg`` (raises RuntimeError)."""
+        if self._global is None:
+            return pg.send([frame], dst, tag)
+        return dist.isend(frame, self._global[dst], group=pg, tag=tag)
+
+    def post_recv(self, pg: dist.ProcessGroup, frame: torch.Tensor, src: int, tag: int):
+        """gloo's receive into ``frame`` from group rank ``src`` on ``pg`` (raises RuntimeError)."""
+        if self._global is None:
+            return pg.recv([frame], src, tag)
+        return dist.irecv(frame, self._global[src], group=pg, tag=tag)
 
     def peer_failed(self, e: Exception, what: str) -> PeerTimeoutError:
         """A typed, one-line error for a P2P call that gloo refused (a peer died or timed
@@ -90,7 +105,10 @@ def all_gather_flat(output: torch.Tensor, input: torch.Tensor, group: dist.Proce
     if timeout_s is None:
         gather(output, input, group=group)
         return
-    work = gather(output, input, group=group, async_op=True)
+    _bounded(gather(output, input, group=group, async_op=True), timeout_s)
+
+
+def _bounded(work, timeout_s: float) -> None:
     try:
         work.wait(timedelta(seconds=timeout_s))
     except RuntimeError:
@@ -109,8 +127,27 @@ def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None, timeout_s: 
 
         names = exchange_bytes(socket.gethostname().encode())   # [b"node0", b"node1", ...]
     """
-    return gather_blobs(blob, dist.get_world_size(pg),
-                        lambda out, inp: all_gather_flat(out, inp, group=pg, timeout_s=timeout_s))
+    pg = pg if pg is not None else dist.group.WORLD
+    if global_ranks(pg) is not None:
+        return gather_blobs(blob, pg.size(), lambda out, inp: all_gather_flat(out, inp, group=pg, timeout_s=timeout_s))
+
+    def gather(out: torch.Tensor, inp: torch.Tensor) -> None:
+        # A bare gloo backend: its own all-gather.
+        work = pg.allgather([list(out.chunk(pg.size()))], [inp])
+        if timeout_s is None:
+            work.wait()
+        else:
+            _bounded(work, timeout_s)
+
+    return gather_blobs(blob, pg.size(), gather)
+
+
+def global_ranks(pg: dist.ProcessGroup) -> list[int] | None:
+    """The global ranks of a registered group's members; None for a bare backend."""
+    try:
+        return [dist.get_global_rank(pg, r) for r in range(pg.size())]
+    except (ValueError, RuntimeError):
+        return None
 
 
 def gather_blobs(blob: bytes, world_size: int, gather: Callable[[torch.Tensor, torch.Tensor], None]) -> list[bytes]:

@@ -20,6 +20,7 @@ from ccddp.comm import pipeline
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.plan import segment_bounds
+from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 from ccddp.errors import FrameLabel
@@ -38,9 +39,10 @@ def _links_in(rank: int, n: int) -> int:
 
 
 def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: bool,
-                       seg_bytes: int | None, tag: int, gate: Callable[[], None]) -> None:
-    """Sum ``flat`` over the group in place, its messages on gloo tag ``tag``; ``gate``
-    runs before every receive is waited on (it acts once)."""
+                       seg_bytes: int | None, tag: int, gate: Callable[[], None],
+                       reduction: Reduction = Reduction.SUM) -> None:
+    """Reduce ``flat`` over the group in place (``reduction``, SUM by default), its messages
+    on gloo tag ``tag``; ``gate`` runs before every receive is waited on (it acts once)."""
     parent, children = tree_links(g.rank, g.world_size)
     isz = flat.element_size()
     segs = segment_bounds(0, flat.numel(), max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // isz))
@@ -52,7 +54,7 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
     per_round = max(1, pipeline.ROUND_BYTES // per_index)
     for first in range(0, len(segs), per_round):
         _tree_round(g, flat, seq, secure, segs, range(first, min(first + per_round, len(segs))), parent, children,
-                    tag, gate)
+                    tag, gate, reduction)
     if secure:
         # Messages: one per link direction, however many segments or rounds it was cut into.
         for _ in range(_links_in(g.rank, g.world_size)):
@@ -61,7 +63,8 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
 
 
 def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_segs: list, js: range,
-                parent: int | None, children: list[int], tag: int, gate: Callable[[], None]) -> None:
+                parent: int | None, children: list[int], tag: int, gate: Callable[[], None],
+                reduction: Reduction) -> None:
     """Segments ``js`` up the tree and back down; returns when all their frames are done."""
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     op, where = Op.TREE_ALL_REDUCE, f"tree_all_reduce#{seq}"
@@ -116,7 +119,7 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
                 g.rx(c).open(frame.numpy(), out.numpy(), ctx(Phase.TREE_UP, j, c, g.rank), collective=where, step=0,
                              segment=j)
                 frame = out
-            flat[a:b].add_(frame.view(flat.dtype))
+            reduction.combine(flat[a:b], frame.view(flat.dtype))
         if parent is not None:
             seal_and_send(j, parent, 0, Phase.TREE_UP)
     for j in js:

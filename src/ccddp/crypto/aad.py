@@ -43,6 +43,10 @@ class Op(enum.IntEnum):
     DESCRIPTOR = 6
     BOUNCE = 7
     CONFIRM = 8
+    ALL_TO_ALL = 9
+    GATHER = 10
+    SCATTER = 11
+    SEND_RECV = 12
 
 
 class Phase(enum.IntEnum):

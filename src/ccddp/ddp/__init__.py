@@ -1,11 +1,8 @@
-"""DDP integration: secure comm hook, SecureDDP wrapper, secure process group for DDP's
-own collectives, bounce path."""
+"""DDP conveniences on top of the ``ccddp`` backend: the SecureDDP wrapper, timing marks
+for comm hooks, the input bounce path."""
 
 from ccddp.ddp.bounce import BouncePath
-from ccddp.ddp.hooks import HookState, plain_allreduce_hook, secure_allreduce_hook
-from ccddp.ddp.process_group import SecureProcessGroup
-from ccddp.ddp.worker import CommWorker
+from ccddp.ddp.hooks import HookState, timed
 from ccddp.ddp.wrapper import SecureDDP
 
-__all__ = ["BouncePath", "CommWorker", "HookState", "SecureDDP", "SecureProcessGroup", "plain_allreduce_hook",
-           "secure_allreduce_hook"]
+__all__ = ["BouncePath", "HookState", "SecureDDP", "timed"]

@@ -1,15 +1,17 @@
-"""``SecureDDP``: DistributedDataParallel whose gradients, parameters, buffers and DDP's
-own metadata never cross a link in plaintext (``cc="on"``), or plain DDP with the same
-timing marks (``cc="off"``).
+"""``SecureDDP``: plain ``DistributedDataParallel`` on a ``ccddp`` group (``cc="on"``), or on
+its plaintext group (``cc="off"``, the measuring baseline), with per-iteration timing marks.
 
-CC-on changes two things in DDP:
-1. its process group is a :class:`SecureProcessGroup`, so every collective DDP runs by
-   itself -- the parameter-shape check and parameter/buffer sync at construction, the
-   buffer sync before every forward, the rebuilt bucket layout after iteration 0 -- is a
-   sealed ccddp collective;
-2. every backward: a comm hook that all-reduces each bucket securely on a worker thread.
-The hook and DDP's own collectives run on separate secure groups (separate process
-groups), so the worker's point-to-point traffic never interleaves with the main thread's.
+With ``cc="on"`` everything DDP sends -- the parameter-shape check, the parameter and
+buffer syncs, the rebuilt bucket layout, every gradient bucket -- goes through the
+``ccddp`` backend, sealed, and the gradient all-reduces run on a group's op queue while
+backward goes on. ``process_group=`` may be a ccddp group (used as is) or any group (a
+ccddp group over the same ranks is created: a collective call, as ``new_group`` is).
+
+Comm hooks compose: ``register_comm_hook`` takes any hook (PowerSGD, fp16/bf16
+compression, your own) and wraps it with the timing mark; without one, DDP's default
+all-reduce hook is registered at the first forward, on a second ccddp group over the same
+ranks (cc="on"): gradients and DDP's own syncs are then separate streams, counted apart
+(:meth:`counters`) and attacked apart (``ccddp selftest``), as a measurement wants.
 
 Example::
 
@@ -25,54 +27,84 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from ccddp.comm import CommSettings, SecureGroup
+from ccddp.backend import BACKEND_NAME, Options
+from ccddp.backend.process_group import ProcessGroupCCDDP
+from ccddp.comm import CommSettings
 from ccddp.crypto import GroupSecret
 from ccddp.crypto.counters import CryptoCounters
-from ccddp.ddp.hooks import HookState, plain_allreduce_hook, secure_allreduce_hook
-from ccddp.ddp.process_group import SecureProcessGroup
+from ccddp.ddp.hooks import HookState, timed
 from ccddp.errors import ConfigError
+
+def ccddp_group(process_group: dist.ProcessGroup | None, settings: CommSettings | None,
+                secret: GroupSecret | None) -> ProcessGroupCCDDP:
+    """``process_group`` if it is a ccddp group (and nothing asks for other settings),
+    else a new ccddp group over its ranks (collective, like ``dist.new_group``)."""
+    pg = process_group if process_group is not None else dist.group.WORLD
+    if isinstance(pg, ProcessGroupCCDDP) and settings is None and secret is None:
+        return pg
+    settings = settings or CommSettings()
+    return dist.new_group(dist.get_process_group_ranks(pg), backend=BACKEND_NAME,
+                          timeout=timedelta(seconds=settings.timeout_s),
+                          pg_options=Options(settings=settings, secret=secret))
 
 
 class SecureDDP(DistributedDataParallel):
     def __init__(self, module: torch.nn.Module, *, cc: str = "on", settings: CommSettings | None = None,
                  secret: GroupSecret | None = None, bucket_cap_mb: float | None = None,
-                 broadcast_buffers: bool = True, **ddp_kwargs) -> None:
+                 broadcast_buffers: bool = True, process_group: dist.ProcessGroup | None = None,
+                 **ddp_kwargs) -> None:
         if cc not in ("on", "off"):
             raise ConfigError(f"cc must be 'on' or 'off', got {cc!r}")
         if not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
-        settings = settings or CommSettings()
-        if cc == "on" and not settings.secure:
+        if cc == "on" and settings is not None and not settings.secure:
             raise ConfigError(f"cc='on' needs a secure impl (secure or secure-naive), got {settings.impl!r}")
-        timeout = timedelta(seconds=settings.timeout_s)
+        if cc == "on":
+            process_group = ccddp_group(process_group, settings, secret)
+        elif isinstance(process_group or dist.group.WORLD, ProcessGroupCCDDP):
+            raise ConfigError("cc='off' is the plaintext baseline: give it a gloo group, not a ccddp one")
         # `forward_sync_buffers` is DDP's name for what `broadcast_buffers` meant; DDP
         # syncs buffers at construction either way.
-        if cc == "on":
-            # new_group is collective: every rank creates both groups in this order.
-            hook_pg = dist.new_group(backend="gloo", timeout=timeout)
-            sync_pg = dist.new_group(backend="gloo", timeout=timeout)
-            sync_group = SecureGroup(settings, secret, sync_pg)
-            super().__init__(module, process_group=SecureProcessGroup(sync_group),
-                             forward_sync_buffers=broadcast_buffers, bucket_cap_mb=bucket_cap_mb, **ddp_kwargs)
-            self.sync_group: SecureGroup | None = sync_group
-            self.hook_state = HookState(SecureGroup(settings, secret, hook_pg))
-            self.register_comm_hook(self.hook_state, secure_allreduce_hook)
-        else:
-            super().__init__(module, forward_sync_buffers=broadcast_buffers, bucket_cap_mb=bucket_cap_mb,
-                             **ddp_kwargs)
-            self.hook_state = HookState(pg=self.process_group)
-            self.sync_group = None
-            self.register_comm_hook(self.hook_state, plain_allreduce_hook)
+        super().__init__(module, process_group=process_group, forward_sync_buffers=broadcast_buffers,
+                         bucket_cap_mb=bucket_cap_mb, **ddp_kwargs)
+        pg = self.process_group
         self.cc = cc
-        self.ccddp_settings = settings
+        if isinstance(pg, ProcessGroupCCDDP):
+            grads = dist.new_group(dist.get_process_group_ranks(pg), backend=BACKEND_NAME,
+                                   timeout=timedelta(seconds=pg.settings.timeout_s),
+                                   pg_options=Options(settings=pg.settings, secret=secret))
+            self.ccddp_settings = pg.settings
+            self.hook_state = HookState(grads, grads.secure_group, grads.queue)
+            # DDP's own syncs: the secret, session id and counters of its group.
+            self.sync_group = pg.secure_group
+        else:
+            self.ccddp_settings = settings or CommSettings(impl="gloo")
+            self.hook_state = HookState(pg)
+            self.sync_group = None
+        self._hooked = False
+
+    def register_comm_hook(self, state: object, hook) -> None:
+        """DDP's ``register_comm_hook``, with the timing mark added."""
+        super().register_comm_hook(state, timed(hook, self.hook_state))
+        self._hooked = True
+
+    @torch.compiler.disable
+    def _default_hook(self) -> None:
+        if not self._hooked:
+            self.register_comm_hook(self.hook_state.pg, default_hooks.allreduce_hook)
+
+    def forward(self, *inputs, **kwargs):
+        self._default_hook()
+        return super().forward(*inputs, **kwargs)
 
     def comm_failure(self) -> BaseException | None:
-        """The typed error (e.g. ``IntegrityError``) that failed a bucket, if any.
+        """The typed error (e.g. ``IntegrityError``) that stopped this model's ccddp group.
 
-        DDP re-raises a failed comm-hook future as a ``RuntimeError`` from ``backward``;
-        this gives back the original error::
+        DDP re-raises a failed collective as a ``RuntimeError`` from ``backward``; this gives
+        back the original error::
 
             try:
                 loss.backward()
@@ -81,18 +113,16 @@ class SecureDDP(DistributedDataParallel):
                     raise model.comm_failure() from None
                 raise
         """
-        worker = self.hook_state.worker
-        return worker.failure if worker is not None else None
+        queues = [self.hook_state.worker, getattr(self.process_group, "queue", None)]
+        return next((q.failure for q in queues if q is not None and q.failure is not None), None)
 
     def counters(self) -> dict:
-        """Crypto counters of this rank: gradient all-reduces and broadcasts, separately."""
+        """Crypto counters of this rank: the gradient group's and DDP's own syncs'
+        (parameter, buffer and layout broadcasts) separately."""
         empty = CryptoCounters().snapshot()
         grads = self.hook_state.group.counters.snapshot() if self.hook_state.group else empty
         sync = self.sync_group.counters.snapshot() if self.sync_group else empty
         return {"gradients": grads, "broadcasts": sync}
 
     def close(self) -> None:
-        self.hook_state.close()
-        for g in (self.hook_state.group, self.sync_group):
-            if g is not None:
-                g.close()
+        """Nothing to release: a ccddp group lives until ``destroy_process_group``."""

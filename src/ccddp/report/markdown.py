@@ -397,6 +397,19 @@ def _projections(res: Results) -> list[str]:
                      "lll" + "r" * len(cols)))
 
 
+def _fidelity(res: Results) -> list[str]:
+    """The model against the published numbers, when the results file carries them."""
+    from ccddp.report.fidelity import fidelity_lines
+
+    f = res.fidelity
+    if not f.get("rows") or not f.get("summary"):
+        return []
+    return (["## Model fidelity (performance model against published numbers)", "",
+             "Each published number the model speaks to: fitted (a profile constant was "
+             "solved from it), input, or held out (predicted), with the error.", ""]
+            + fidelity_lines(f["rows"], f["summary"]) + [""])
+
+
 def render(res: Results, drawn: dict[str, list[Path]], out_dir: Path) -> str:
     """The markdown text for ``res`` with figures ``drawn`` (paths under ``out_dir``).
 
@@ -416,6 +429,7 @@ def render(res: Results, drawn: dict[str, list[Path]], out_dir: Path) -> str:
     lines += _buckets(res)
     lines += _figures(drawn, out_dir)
     lines += _projections(res)
+    lines += _fidelity(res)
     return "\n".join(lines).rstrip() + "\n"
 
 

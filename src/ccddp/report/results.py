@@ -104,6 +104,7 @@ class Results:
         self.runs: list[dict] = [r for r in (data.get("runs") or []) if isinstance(r, Mapping)]
         self.projections: list[dict] = [p for p in (data.get("projections") or [])
                                         if isinstance(p, Mapping)]
+        self.fidelity: dict = dict(data.get("fidelity") or {})
         self._index: dict[tuple, dict] = {}
         self._failed: set[tuple] = {self.key_of(r) for r in self.runs if not self.is_ok(r)}
         for r in self.runs:

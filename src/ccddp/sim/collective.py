@@ -111,8 +111,9 @@ def secure_ring(r: Rates, sched, n: int, nbytes: float, pads: float = 0.0, *,
     if n <= 1 or nbytes <= 0:
         return CollectiveCost()
     chunk = nbytes / n
-    # The paper's emulation seals the whole bucket per step (see crypto_unit).
-    scale = n if r.crypto_unit == "bucket" else 1
+    # The paper's emulation (naive) may cost what the whole bucket costs per op (see
+    # op_bucket_share); ccddp's engines seal what they send.
+    scale = r.op_scale(n) if sched.schedule == "naive" else 1.0
     rs = n - 1 if phases in ("all", "rs") else 0
     ag = n - 1 if phases in ("all", "ag") else 0
     # A half ring draws on the table at the whole ring's rate.
@@ -203,24 +204,24 @@ def plain_allreduce(r: Rates, n: int, nbytes: float, nvls: bool) -> CollectiveCo
     return CollectiveCost(ms=best, busy_ms=busy, messages=2 * (n - 1), bytes_sent=sent)
 
 
-def hw_link_allreduce(r: Rates, n: int, nbytes: float) -> CollectiveCost:
-    """The library's all-reduce under CC with a hardware-encrypted link: the CC-off ring
-    or tree at the bandwidth CC keeps, one per-exchange toll per collective (one
-    cross-device operation, seed 003), never NVLS."""
-    base = plain_allreduce(r, n, nbytes, False)
+def native_allreduce(r: Rates, n: int, nbytes: float, nvls: bool) -> CollectiveCost:
+    """The library's all-reduce on a CC system that protects the device link itself
+    (fenced or hardware-encrypted): the CC-off ring, tree or (``nvls``: where the switch
+    stays inside the trust boundary) switch reduction at the bandwidth CC keeps, plus one
+    per-exchange toll per collective (one cross-device operation, which the firmware
+    books once)."""
+    base = plain_allreduce(r, n, nbytes, nvls)
     return CollectiveCost(ms=base.ms + r.toll_ms, busy_ms=base.busy_ms,
                           messages=base.messages, bytes_sent=base.bytes_sent)
 
 
 def secure_allreduce(r: Rates, sched, n: int, nbytes: float, pads: float = 0.0
                      ) -> CollectiveCost:
-    """Dispatch on ``sched.schedule``/``sched.algorithm`` for a single-node group."""
-    if sched.schedule == "hw-link":
-        return hw_link_allreduce(r, n, nbytes)
+    """A sealed schedule's all-reduce in a single-node group (``sched.algorithm``)."""
     if sched.algorithm == "tree":
         return secure_tree(r, sched, n, nbytes, pads)
     return secure_ring(r, sched, n, nbytes, pads)
 
 
 __all__ = ["CollectiveCost", "pipeline_ms", "secure_ring", "secure_tree",
-           "plain_allreduce", "hw_link_allreduce", "secure_allreduce"]
+           "plain_allreduce", "native_allreduce", "secure_allreduce"]

@@ -12,6 +12,12 @@ crypto to dominate. CC-off uses GPUDirect RDMA: the network is the only extra st
 With ``tree``, each node reduces up its own tree, the node roots all-reduce the whole
 buffer over the relay ring, and each node broadcasts down its tree.
 
+A node is one trust domain. With the ``native`` schedule (a CC system that protects its
+device link itself: fenced or hardware-encrypted) nothing is sealed in software inside
+it: the library's own collective runs there, and only the relay between nodes seals;
+the device's side of the bounce is the copy engine's own encryption, whose cost is the
+bandwidth the bounce keeps (``cc_pcie_kept``).
+
 Example::
 
     allreduce_cost(hw, Schedule(), Rates.resolve(hw, Schedule(), 64, True), 64,
@@ -23,7 +29,7 @@ from __future__ import annotations
 import math
 
 from ccddp.errors import ConfigError
-from ccddp.sim.collective import (CollectiveCost, hw_link_allreduce, pipeline_ms,
+from ccddp.sim.collective import (CollectiveCost, native_allreduce, pipeline_ms,
                                   plain_allreduce, secure_allreduce, secure_ring, secure_tree)
 from ccddp.sim.rates import GB_MS, US_MS, Rates
 
@@ -46,8 +52,11 @@ def _relay_ring(hw, r: Rates, sched, nodes: int, per: int, shard: float) -> Coll
     else:
         segs, segs_int = 1.0, 1
     s = chunk / segs
-    dev_seal = r.seal_ms(s) + r.tag_cost_ms()
-    dev_open = r.open_ms(s) + r.tag_cost_ms()
+    # The native schedule's device side is the copy engine's encryption (in the bounce
+    # rate); a sealed schedule seals on the device in software first.
+    soft = sched.sealed
+    dev_seal = r.seal_ms(s) + r.tag_cost_ms() if soft else 0.0
+    dev_open = r.open_ms(s) + r.tag_cost_ms() if soft else 0.0
     pcie = r.toll_ms + s / (hw.pcie_gbps * hw.cc_pcie_kept * GB_MS)
     one_pass = s / (hw.cpu_crypto_gbps * GB_MS) if r.crypto_on else 0.0
     host_cpu = 4 * one_pass * per / hw.cpu_crypto_threads    # shared by the node's devices
@@ -60,7 +69,8 @@ def _relay_ring(hw, r: Rates, sched, nodes: int, per: int, shard: float) -> Coll
     crypto = segs * steps * (dev_seal + dev_open + 4 * one_pass)
     return CollectiveCost(
         ms=ms, busy_ms=segs * steps * engine, crypto_ms=crypto,
-        seals=steps * segs_int, opens=steps * segs_int, messages=steps * segs_int,
+        seals=steps * segs_int if soft else 0, opens=steps * segs_int if soft else 0,
+        messages=steps * segs_int,
         bytes_sent=steps * chunk, relay_ops=4 * steps * segs_int,
     )
 
@@ -78,11 +88,16 @@ def allreduce_cost(hw, sched, r: Rates, n: int, nbytes: float, *, cc: bool,
                    pads: float = 0.0) -> CollectiveCost:
     """Cost of one all-reduce of ``nbytes`` over ``n`` devices, any number of nodes;
     ``pads``: pre-computed keystream bytes left per device-link peer."""
-    if cc and sched.schedule == "hw-link" and not hw.link_encrypted:
-        raise ConfigError(f"schedule 'hw-link' needs a hardware-encrypted device link; "
-                          f"profile {hw.name!r} has link_encrypted = false")
+    native = cc and not sched.sealed
+    if native and hw.sealed_inside_node:
+        raise ConfigError(f"the native schedule needs a device link the CC system protects "
+                          f"(fenced or hardware-encrypted); profile {hw.name!r} has "
+                          f"device_link = {hw.device_link!r}, where it would send gradients "
+                          "in the clear")
     nodes, per = layout(hw, n)
     if nodes == 1:
+        if native:
+            return native_allreduce(r, n, nbytes, hw.cc_nvls)
         if cc:
             return secure_allreduce(r, sched, n, nbytes, pads)
         return plain_allreduce(r, n, nbytes, hw.nvls)
@@ -92,8 +107,8 @@ def allreduce_cost(hw, sched, r: Rates, n: int, nbytes: float, *, cc: bool,
         intra = CollectiveCost(ms=half.ms / 2, busy_ms=half.busy_ms / 2,
                                messages=half.messages // 2, bytes_sent=half.bytes_sent / 2)
         return intra + _plain_inter(hw, r, nodes, per, shard) + intra
-    if sched.schedule == "hw-link":
-        half = hw_link_allreduce(r, per, nbytes)
+    if native:
+        half = native_allreduce(r, per, nbytes, hw.cc_nvls)
         intra = CollectiveCost(ms=half.ms / 2, busy_ms=half.busy_ms / 2,
                                messages=half.messages // 2, bytes_sent=half.bytes_sent / 2)
         return intra + _relay_ring(hw, r, sched, nodes, per, shard) + intra

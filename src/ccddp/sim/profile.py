@@ -1,18 +1,26 @@
-"""Hardware profiles: what a machine costs, as data.
+"""Hardware profiles: what a machine costs, as data, and where every number came from.
 
 A profile is a TOML file whose fields are listed, with units, in :data:`FIELDS`; every
-field is required, so a profile says explicitly what it assumes. Built-in profiles live in
-``ccddp/sim/profiles/`` and cite their sources in comments; ``ccddp calibrate --out PATH``
-writes a ``local`` profile through :func:`write_profile`. Any ``--profile`` option takes a
-built-in name or a path.
+field is required, so a profile says explicitly what it assumes. Each value is a record
+(:class:`FieldValue`): the value, its :class:`Source` (measured, fitted, derived, public
+spec, assumed), a note saying which measurement, fit or document it rests on, and, for
+fitted or measured values, one standard error::
+
+    [crypto]
+    crypto_op_us = { value = 12.3, source = "measured", stderr = 0.4, note = "intercept ..." }
+
+A bare number is accepted too (a profile written by hand) and counts as ASSUMED. Built-in
+profiles live in ``ccddp/sim/profiles/``; ``ccddp calibrate --out PATH`` writes one
+through :func:`write_profile`. Any ``--profile`` option takes a built-in name or a path.
 
 Example::
 
     hw = load_profile("h100-cc")
     hw.link_gbps                       # 370.0 (GB/s per direction)
+    hw.field("cc_exchange_toll_us").source   # Source.MEASURED (production CC)
+    hw.assumed()                       # names of the fields nothing measured
     faster = hw.replace(enc_gbps=2 * hw.enc_gbps)
-    write_profile(faster.as_dict(), "/tmp/mine.toml")
-    load_profile("/tmp/mine.toml").enc_gbps
+    write_profile(faster.as_records(), "/tmp/mine.toml")
 
 Optional ``[workloads.<name>]`` tables override, per workload, what the profile would
 otherwise derive from FLOPs: ``forward_ms``, ``backward_ms``, ``optimizer_ms``,
@@ -25,11 +33,48 @@ import math
 import textwrap
 import tomllib
 from dataclasses import dataclass, field
+from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ccddp.errors import ConfigError
+
+
+class Source(str, Enum):
+    """Where a profile value comes from, from most to least trustworthy."""
+
+    MEASURED = "measured"        # measured on this machine (calibrate) or this system (a cited run)
+    FITTED = "fitted"            # solved so the model reproduces one cited published number
+    DERIVED = "derived"          # follows from the system's structure or from other fields
+    PUBLIC_SPEC = "public spec"  # a vendor's data sheet or a standard
+    ASSUMED = "assumed"          # nothing measured it: a plausible value, the first to replace
+
+
+@dataclass(frozen=True)
+class FieldValue:
+    """One profile value with its provenance.
+
+    ``stderr``: one standard error of a fitted or measured value, in the field's unit
+    (None where no spread is known).
+
+    Example::
+
+        FieldValue(2.3, Source.MEASURED, "AES-256-GCM seal, one core", stderr=0.05)
+    """
+
+    value: Any
+    source: Source = Source.ASSUMED
+    note: str = ""
+    stderr: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"value": self.value, "source": self.source.value}
+        if self.stderr is not None:
+            d["stderr"] = self.stderr
+        if self.note:
+            d["note"] = self.note
+        return d
 
 
 @dataclass(frozen=True)
@@ -43,12 +88,21 @@ class Field:
     choices: tuple[str, ...] = ()
     allow_inf: bool = False  # a rate that may be "free" (inf)
 
+    @property
+    def recorded(self) -> bool:
+        """Whether values carry a source (every field but the name and description)."""
+        return self.kind != "str"
+
+
+#: Device-link protection a CC system offers (the ``device_link`` field).
+DEVICE_LINKS = ("untrusted", "fenced", "encrypted")
 
 FIELDS: tuple[Field, ...] = (
     Field("name", "profile", "str", "", "Profile name, shown in every result.", "any"),
     Field("description", "profile", "str", "", "One line: what machine this describes.", "any"),
-    Field("gpus_per_node", "profile", "int", "devices", "Devices behind one host (one NVLink "
-          "domain); rings longer than this become hierarchical across nodes.", "ge1"),
+    Field("gpus_per_node", "profile", "int", "devices", "Devices behind one host: one trust "
+          "domain (a fenced group) and one NVLink domain; rings longer than this become "
+          "hierarchical across nodes, relayed by CPU TEEs.", "ge1"),
     # compute
     Field("compute_tflops", "compute", "float", "TFLOP/s", "Effective forward-pass FLOP rate "
           "of one device, used when a workload gives FLOPs rather than measured times.", "pos"),
@@ -58,19 +112,14 @@ FIELDS: tuple[Field, ...] = (
           "processes per second (memory bound; folds in Adam's extra state traffic).", "pos"),
     Field("kernel_launch_us", "compute", "float", "us", "One kernel launch with CC off "
           "(0 on a CPU).", "nonneg"),
-    Field("cc_launch_toll", "compute", "float", "x", "Kernel launch time CC-on / CC-off "
-          "(seed 003: Hopper ~2.0-2.6x, B300 ~3.5-3.9x). Applies to crypto launches and to a "
-          "workload's kernel_launches.", "ge1"),
+    Field("cc_launch_toll", "compute", "float", "x", "Kernel launch time CC-on / CC-off. "
+          "Applies to crypto launches and to a workload's kernel launches.", "ge1"),
     # link
     Field("link_gbps", "link", "float", "GB/s", "Point-to-point bandwidth per device per "
           "direction between ring neighbours (NVLink, or gloo loopback on a CPU host).", "pos"),
     Field("link_latency_us", "link", "float", "us", "Latency of one message.", "nonneg"),
-    Field("nvls", "link", "bool", "", "CC-off all-reduce may use NVLink SHARP (reduction in "
-          "the switch). Sealed data can never be reduced in the switch, and Blackwell CC turns "
-          "multicast off (seed 003), so secure schedules never use it.", "any"),
-    Field("link_encrypted", "link", "bool", "", "The device link is encrypted by hardware "
-          "in CC mode (Blackwell NVLink, seed 003), which allows the 'hw-link' schedule; "
-          "Hopper leaves NVLink in plaintext.", "any"),
+    Field("nvls", "link", "bool", "", "CC-off all-reduce may reduce in the switch (NVLink "
+          "SHARP).", "any"),
     Field("reduce_gbps", "link", "float", "GB/s", "Element-wise sum rate, bytes of one "
           "operand per second.", "pos"),
     Field("segment_overhead_us", "link", "float", "us", "Software cost per message a ring "
@@ -83,10 +132,20 @@ FIELDS: tuple[Field, ...] = (
           "has its own engine (NVLink, RDMA DMA), so transfers cost no core time.", "pos",
           allow_inf=True),
     Field("cc_exchange_toll_us", "link", "float", "us", "Fixed extra cost of every "
-          "cross-device message in CC mode (seed 003: +9-13 us Hopper, +10-15 us B300).",
+          "cross-device operation in CC mode (firmware bookkeeping, not wire encryption).",
           "nonneg"),
     Field("cc_bandwidth_kept", "link", "float", "fraction", "Large-transfer link bandwidth "
-          "kept in CC mode (seed 003: 0.94 Hopper, 0.89 B300).", "frac"),
+          "kept in CC mode.", "frac"),
+    # trust
+    Field("device_link", "trust", "choice", "", "What protects the device link inside a "
+          "node in CC mode: 'untrusted' (nothing: every hop must be sealed in software, the "
+          "paper's threat model and ccddp's on a CPU host), 'fenced' (the node's devices "
+          "form one trust domain and the link carries plaintext inside it: Hopper CC), "
+          "'encrypted' (the hardware encrypts the link: Blackwell CC). Links between nodes "
+          "always leave the trust domain.", "any", DEVICE_LINKS),
+    Field("cc_nvls", "trust", "bool", "", "The switch may still reduce in CC mode (its "
+          "NVSwitch is inside the trust boundary: Hopper; Blackwell turns multicast off). "
+          "Sealed data is never reduced in a switch.", "any"),
     # crypto
     Field("enc_gbps", "crypto", "float", "GB/s", "AES-CTR rate of one seal (keystream + XOR). "
           "Device-wide on a GPU; per thread when chains_scale_enc.", "pos"),
@@ -95,26 +154,38 @@ FIELDS: tuple[Field, ...] = (
           "per chain; chains run in parallel). inf when enc/dec rates already include the MAC "
           "(stitched CPU AES-GCM).", "pos", allow_inf=True),
     Field("mac_chains", "crypto", "int", "chains", "Default chains per message (multi-chain "
-          "MAC, paper Fig. 7; crypto threads on a CPU).", "ge1"),
+          "MAC on a device; crypto threads on a CPU). 0: ccddp's automatic rule, the host's "
+          "cores shared by the ranks on it (needs host_cores > 0).", "nonneg"),
     Field("max_chains", "crypto", "int", "chains", "Chains beyond this add nothing (device "
           "parallelism, or cores a rank may use).", "ge1"),
     Field("chains_scale_enc", "crypto", "bool", "", "Chains are threads running whole "
           "AES-GCM (CPU), so they also divide the CTR part.", "any"),
     Field("crypto_op_us", "crypto", "float", "us", "Fixed cost of one seal or open call, "
-          "besides its kernel launch: setup, key schedule, Python call.", "nonneg"),
+          "besides its kernel launch: setup, key schedule, AAD, Python call.", "nonneg"),
+    Field("op_bucket_share", "crypto", "float", "fraction", "Share of the naive ring's "
+          "seal/open byte cost that scales with the whole bucket rather than the chunk it "
+          "seals: 0 for an engine that seals what it sends (ccddp's secure-naive); an "
+          "emulation whose crypto kernels run beside the library's all-reduce on the whole "
+          "bucket has 1. ccddp's other schedules always seal what they send.", "unit"),
     Field("tag_us", "crypto", "float", "us", "Fixed cost per tag: finalize, compare, "
-          "metadata. Batched MAC (seed 002) pays it once per batch.", "nonneg"),
+          "metadata. Batched MAC pays it once per batch.", "nonneg"),
     Field("tag_bytes", "crypto", "float", "B", "Metadata sent per tag (tag + counter).",
           "nonneg"),
     Field("xor_gbps", "crypto", "float", "GB/s", "Rate of applying a pre-computed pad "
-          "(pad pre-computation, seed 002).", "pos"),
-    Field("crypto_unit", "crypto", "choice", "", "Bytes one ring seal/open processes: "
-          "'chunk' (bucket/n, the real ring) or 'bucket' (the whole bucket: how the paper's "
-          "emulation behaves, see paper-h100).", "any", ("chunk", "bucket")),
+          "(pad pre-computation).", "pos"),
+    Field("envelope_chains", "crypto", "int", "chains", "Most chains any measurement or fit "
+          "behind this profile used: `tune` stays at or below it unless told otherwise.",
+          "ge1"),
+    Field("envelope_min_bytes", "crypto", "float", "B", "Smallest message one measured or "
+          "fitted seal/open covered: `tune` proposes no smaller segment unless told "
+          "otherwise.", "pos"),
+    Field("envelope_max_bytes", "crypto", "float", "B", "Largest message one measured or "
+          "fitted seal/open covered (the fixed + per-byte line is extrapolated beyond).",
+          "pos"),
     # bounce / input path
     Field("pcie_gbps", "bounce", "float", "GB/s", "Host-to-device input rate, CC off.", "pos"),
     Field("cc_pcie_kept", "bounce", "float", "fraction", "Host-to-device bandwidth kept "
-          "through the CC bounce buffer (seed 003: pageable 0.78, pinned ~0.2).", "frac"),
+          "through the CC bounce buffer.", "frac"),
     Field("cpu_crypto_gbps", "bounce", "float", "GB/s", "AES-GCM rate of one CPU-TEE core "
           "(input sealing, inter-node relay).", "pos"),
     Field("cpu_crypto_threads", "bounce", "int", "cores", "CPU-TEE cores for AES-GCM, shared "
@@ -124,8 +195,7 @@ FIELDS: tuple[Field, ...] = (
     Field("bounce_pipelined", "bounce", "bool", "", "CPU seal, PCIe copy and device open "
           "of the input overlap (driver staging) rather than run one after another.", "any"),
     Field("input_path_shared", "bounce", "bool", "", "One host prepares and sends every "
-          "device's batch, so data + transfer time grow with devices per node (paper "
-          "Sec. VI-B: CC-off 1.2x longer on 4 GPUs than 2).", "any"),
+          "device's batch, so data + transfer time grow with devices per node.", "any"),
     # inter-node
     Field("inter_node_gbps", "internode", "float", "GB/s", "Network bandwidth of one node.",
           "pos"),
@@ -157,16 +227,19 @@ WORKLOAD_KEYS: dict[str, str] = {
 
 _BY_NAME = {f.name: f for f in FIELDS}
 SECTIONS = tuple(dict.fromkeys(f.section for f in FIELDS))
+_RECORD_KEYS = {"value", "source", "note", "stderr"}
 
 
 @dataclass(frozen=True)
 class HardwareProfile:
     """A validated hardware profile; see :data:`FIELDS` for every field's unit and meaning.
+    Attributes hold the plain values; :meth:`field` gives a value's provenance.
 
     Example::
 
         hw = load_profile("paper-h100")
         hw.workload_overrides("gpt2-xl")   # {'forward_ms': ..., ...}
+        hw.field("crypto_op_us").note      # which published number it was fitted to
     """
 
     name: str
@@ -180,12 +253,13 @@ class HardwareProfile:
     link_gbps: float
     link_latency_us: float
     nvls: bool
-    link_encrypted: bool
     reduce_gbps: float
     segment_overhead_us: float
     link_cpu_gbps: float
     cc_exchange_toll_us: float
     cc_bandwidth_kept: float
+    device_link: str
+    cc_nvls: bool
     enc_gbps: float
     dec_gbps: float
     mac_gbps: float
@@ -193,10 +267,13 @@ class HardwareProfile:
     max_chains: int
     chains_scale_enc: bool
     crypto_op_us: float
+    op_bucket_share: float
     tag_us: float
     tag_bytes: float
     xor_gbps: float
-    crypto_unit: str
+    envelope_chains: int
+    envelope_min_bytes: float
+    envelope_max_bytes: float
     pcie_gbps: float
     cc_pcie_kept: float
     cpu_crypto_gbps: float
@@ -212,21 +289,53 @@ class HardwareProfile:
     interference: float
     workloads: dict[str, dict[str, float]] = field(default_factory=dict, compare=False)
     source: str = field(default="", compare=False)
+    provenance: dict[str, FieldValue] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def sealed_inside_node(self) -> bool:
+        """Whether gradients must be sealed in software on the device link (no fence, no
+        hardware encryption protects it in CC mode)."""
+        return self.device_link == "untrusted"
+
+    def field(self, name: str) -> FieldValue:
+        """The record of field ``name``: value, source, note, standard error."""
+        if name not in _BY_NAME:
+            raise ConfigError(f"unknown profile field '{name}'")
+        got = self.provenance.get(name)
+        return got if got is not None else FieldValue(getattr(self, name), Source.ASSUMED)
+
+    def assumed(self) -> list[str]:
+        """Names of the fields whose value nothing measured, fitted or specified."""
+        return [f.name for f in FIELDS if f.recorded and self.field(f.name).source
+                is Source.ASSUMED]
 
     def workload_overrides(self, name: str) -> dict[str, float]:
         """Per-workload measured values this profile carries (empty if none)."""
         return dict(self.workloads.get(name, {}))
 
     def as_dict(self) -> dict[str, Any]:
-        """Flat dict of every field plus ``workloads``; round-trips through write_profile."""
+        """Flat dict of every field's plain value plus ``workloads`` (JSON rows, arithmetic)."""
         d = {f.name: getattr(self, f.name) for f in FIELDS}
         d["workloads"] = {k: dict(v) for k, v in self.workloads.items()}
         return d
 
+    def as_records(self) -> dict[str, Any]:
+        """Every field as its :class:`FieldValue` (name and description as strings) plus
+        ``workloads``; round-trips through :func:`write_profile`."""
+        d: dict[str, Any] = {f.name: self.field(f.name) if f.recorded else getattr(self, f.name)
+                             for f in FIELDS}
+        d["workloads"] = {k: dict(v) for k, v in self.workloads.items()}
+        return d
+
     def replace(self, **changes: Any) -> "HardwareProfile":
-        """A validated copy with some fields changed."""
-        d = self.as_dict()
-        d.update(changes)
+        """A validated copy with some fields changed: a plain value keeps nothing of the old
+        record's provenance (it becomes ASSUMED, "set by the caller"); pass a
+        :class:`FieldValue` to say where it comes from."""
+        d = self.as_records()
+        for k, v in changes.items():
+            if k in _BY_NAME and _BY_NAME[k].recorded and not isinstance(v, FieldValue):
+                v = FieldValue(v, Source.ASSUMED, "set by the caller")
+            d[k] = v
         return validate_profile(d, source=self.source)
 
 
@@ -265,11 +374,40 @@ def _check_value(f: Field, value: Any) -> Any:
     return float(value)
 
 
-def _flatten(data: dict[str, Any]) -> dict[str, Any]:
+def _record(f: Field, raw: Any) -> FieldValue:
+    """A field's record from a FieldValue, a TOML inline table or a bare value."""
+    where = f"profile field '{f.name}'"
+    if isinstance(raw, FieldValue):
+        rec = raw
+    elif isinstance(raw, Mapping):
+        extra = sorted(set(raw) - _RECORD_KEYS)
+        if extra or "value" not in raw:
+            raise ConfigError(f"{where}: a record has keys value, source, note, stderr"
+                              + (f"; got '{extra[0]}'" if extra else "; 'value' is missing"))
+        try:
+            src = Source(raw.get("source", Source.ASSUMED.value))
+        except ValueError:
+            raise ConfigError(f"{where}: source must be one of "
+                              f"{', '.join(s.value for s in Source)}, got {raw.get('source')!r}"
+                              ) from None
+        note = raw.get("note", "")
+        stderr = raw.get("stderr")
+        if not isinstance(note, str):
+            raise ConfigError(f"{where}: note must be a string")
+        if stderr is not None and (isinstance(stderr, bool) or not isinstance(stderr, (int, float))
+                                   or not stderr >= 0):
+            raise ConfigError(f"{where}: stderr must be a non-negative number, got {stderr!r}")
+        rec = FieldValue(raw["value"], src, note, None if stderr is None else float(stderr))
+    else:
+        rec = FieldValue(raw, Source.ASSUMED, "no source given")
+    return FieldValue(_check_value(f, rec.value), Source(rec.source), rec.note, rec.stderr)
+
+
+def _flatten(data: Mapping[str, Any]) -> dict[str, Any]:
     """Accept both the sectioned TOML layout and a flat dict."""
     flat: dict[str, Any] = {}
     for key, value in data.items():
-        if key in SECTIONS and isinstance(value, dict):
+        if key in SECTIONS and isinstance(value, Mapping) and key not in _BY_NAME:
             for k, v in value.items():
                 if k in flat:
                     raise ConfigError(f"profile field '{k}' is given twice")
@@ -281,26 +419,39 @@ def _flatten(data: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def validate_profile(data: dict[str, Any], *, source: str = "<dict>") -> HardwareProfile:
-    """Check every field and build the profile; ConfigError names the first bad field."""
+def validate_profile(data: Mapping[str, Any], *, source: str = "<dict>") -> HardwareProfile:
+    """Check every field and build the profile; ConfigError names the first bad field.
+    Values may be plain, :class:`FieldValue` records or ``{value, source, note, stderr}``
+    tables."""
     flat = _flatten(data)
     workloads = flat.pop("workloads", {}) or {}
     unknown = sorted(set(flat) - set(_BY_NAME))
     if unknown:
         raise ConfigError(f"{source}: unknown profile field '{unknown[0]}'")
-    values = {}
+    values: dict[str, Any] = {}
+    records: dict[str, FieldValue] = {}
     for f in FIELDS:
         if f.name not in flat:
             raise ConfigError(f"{source}: profile field '{f.name}' is missing ({f.doc})")
         try:
-            values[f.name] = _check_value(f, flat[f.name])
+            if f.recorded:
+                records[f.name] = _record(f, flat[f.name])
+                values[f.name] = records[f.name].value
+            else:
+                values[f.name] = _check_value(f, flat[f.name])
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
-    if not isinstance(workloads, dict):
+    if values["mac_chains"] == 0 and values["host_cores"] == 0:
+        raise ConfigError(f"{source}: profile field 'mac_chains' = 0 (automatic: host cores "
+                          "shared by the ranks) needs host_cores > 0")
+    if values["envelope_min_bytes"] > values["envelope_max_bytes"]:
+        raise ConfigError(f"{source}: profile field 'envelope_min_bytes' is larger than "
+                          "'envelope_max_bytes'")
+    if not isinstance(workloads, Mapping):
         raise ConfigError(f"{source}: [workloads] must be a table of tables")
     clean: dict[str, dict[str, float]] = {}
     for wname, over in workloads.items():
-        if not isinstance(over, dict):
+        if not isinstance(over, Mapping):
             raise ConfigError(f"{source}: [workloads.{wname}] must be a table")
         for k, v in over.items():
             key = f"workloads.{wname}.{k}"
@@ -311,7 +462,7 @@ def validate_profile(data: dict[str, Any], *, source: str = "<dict>") -> Hardwar
                 raise ConfigError(f"{source}: profile field '{key}' must be a finite "
                                   f"non-negative number, got {v!r}")
         clean[wname] = {k: float(v) for k, v in over.items()}
-    return HardwareProfile(**values, workloads=clean, source=source)
+    return HardwareProfile(**values, workloads=clean, source=source, provenance=records)
 
 
 def builtin_names() -> list[str]:
@@ -326,7 +477,7 @@ def load_profile(name_or_path: str | Path) -> HardwareProfile:
 
     Example::
 
-        load_profile("b300-cc").nvls        # True (CC-off may use NVLS)
+        load_profile("b300-cc").device_link  # 'encrypted'
         load_profile("./calibrated.toml")
     """
     text_name = str(name_or_path)
@@ -360,24 +511,30 @@ def _toml_value(v: Any) -> str:
     return repr(v)
 
 
-def write_profile(data: dict[str, Any], path: str | Path, *,
-                  notes: dict[str, str] | None = None, header: list[str] | None = None) -> Path:
-    """Validate ``data`` (flat or sectioned) and write it as a commented TOML profile.
+def _toml_record(rec: FieldValue) -> str:
+    parts = [f"value = {_toml_value(rec.value)}", f"source = {_toml_value(rec.source.value)}"]
+    if rec.stderr is not None:
+        parts.append(f"stderr = {_toml_value(float(rec.stderr))}")
+    if rec.note:
+        parts.append(f"note = {_toml_value(rec.note)}")
+    return "{ " + ", ".join(parts) + " }"
 
-    ``notes`` adds a comment line under a field's documentation (where its value came
-    from, e.g. ``"MEASURED: ..."`` or ``"DEFAULT: ..."``); ``header`` adds comment lines at
-    the top. This is the API ``ccddp calibrate --out PATH`` uses. Example::
 
-        d = load_profile("local").as_dict()
-        d.update(enc_gbps=2.31, dec_gbps=2.93, link_gbps=0.91)
-        write_profile(d, "local.toml", notes={"enc_gbps": "MEASURED: seal, one thread"})
+def write_profile(data: Mapping[str, Any], path: str | Path, *,
+                  header: list[str] | None = None) -> Path:
+    """Validate ``data`` (flat or sectioned; values plain or :class:`FieldValue`) and write
+    it as a commented TOML profile, every field a record with its source and note.
+
+    This is the API ``ccddp calibrate --out PATH`` uses. Example::
+
+        d = load_profile("local").as_records()
+        d["enc_gbps"] = FieldValue(2.31, Source.MEASURED, "seal, one thread", stderr=0.02)
+        write_profile(d, "local.toml", header=["calibrated today"])
     """
     hw = validate_profile(data, source=str(path))
-    notes = notes or {}
-    unknown = sorted(set(notes) - set(_BY_NAME))
-    if unknown:
-        raise ConfigError(f"note for unknown profile field '{unknown[0]}'")
-    lines = ["# ccddp hardware profile (schema: ccddp.sim.profile.FIELDS)"]
+    lines = ["# ccddp hardware profile (schema: ccddp.sim.profile.FIELDS)",
+             "# Every value: { value, source (measured | fitted | derived | public spec | "
+             "assumed), stderr, note }."]
     lines += [f"# {h}".rstrip() for h in (header or [])]
     lines.append("")
     for section in SECTIONS:
@@ -387,10 +544,9 @@ def write_profile(data: dict[str, Any], path: str | Path, *,
                 unit = f" [{f.unit}]" if f.unit else ""
                 lines.extend(textwrap.wrap(f"{f.doc}{unit}", 88, initial_indent="# ",
                                            subsequent_indent="# "))
-                if f.name in notes:
-                    lines.extend(textwrap.wrap(notes[f.name], 88, initial_indent="# ",
-                                               subsequent_indent="#   "))
-                lines.append(f"{f.name} = {_toml_value(getattr(hw, f.name))}")
+                value = _toml_record(hw.field(f.name)) if f.recorded else \
+                    _toml_value(getattr(hw, f.name))
+                lines.append(f"{f.name} = {value}")
         lines.append("")
     for wname, over in sorted(hw.workloads.items()):
         lines.append(f'[workloads."{wname}"]')
@@ -408,5 +564,6 @@ def describe_fields() -> str:
     return "\n".join(rows)
 
 
-__all__ = ["FIELDS", "WORKLOAD_KEYS", "HardwareProfile", "load_profile", "write_profile",
-           "validate_profile", "builtin_names", "describe_fields"]
+__all__ = ["FIELDS", "WORKLOAD_KEYS", "DEVICE_LINKS", "Source", "FieldValue",
+           "HardwareProfile", "load_profile", "write_profile", "validate_profile",
+           "builtin_names", "describe_fields"]

@@ -9,7 +9,9 @@ The crypto of one seal (or open) of ``b`` bytes is::
     fixed + (b - pad) / ctr_rate + pad / xor_rate + b / (mac_rate * chains)
 
 where ``fixed`` = per-call cost + one kernel launch (with CC's launch toll), ``pad`` is the
-part whose keystream was pre-computed, and chains stop helping at ``max_chains``.
+part whose keystream was pre-computed, and chains stop helping at ``max_chains``. In a
+ring, ``b`` is what the op seals, stretched towards the whole bucket by the profile's
+``op_bucket_share`` (:meth:`Rates.op_scale`).
 
 A transfer also costs core time where the link is software on shared cores (gloo over
 loopback: ``link_cpu_gbps``); it competes with the rank's crypto and with backward.
@@ -57,13 +59,13 @@ class Rates:
     link_latency_ms: float
     toll_ms: float              # CC per-exchange toll
     compute_factor: float       # host contention on forward/backward/optimizer
-    crypto_unit: str
+    op_bucket_share: float      # share of an op's byte cost that scales with the bucket
     crypto_on: bool = True
 
     @classmethod
     def resolve(cls, hw: Any, sched: Any, n: int, cc: bool) -> "Rates":
         ranks = max(1, min(n, hw.gpus_per_node))
-        p = max(1, min(sched.chains_for(hw), hw.max_chains))
+        p = max(1, min(sched.chains_for(hw, n), hw.max_chains))
         comm_f = 1.0
         comp_f = compute_factor(hw, n)
         if hw.host_cores > 0:
@@ -94,8 +96,13 @@ class Rates:
             link_latency_ms=hw.link_latency_us * US_MS,
             toll_ms=hw.cc_exchange_toll_us * US_MS if cc else 0.0,
             compute_factor=comp_f,
-            crypto_unit=hw.crypto_unit,
+            op_bucket_share=hw.op_bucket_share,
         )
+
+    def op_scale(self, n: int) -> float:
+        """Crypto bytes of one ring op per byte it seals: 1 for an engine that seals what
+        it sends, ``n`` when the op's cost scales with the whole bucket (n chunks)."""
+        return 1.0 + self.op_bucket_share * (n - 1)
 
     def without_crypto(self) -> "Rates":
         """Same ring, same CC link tolls, free crypto: what the crypto costs is the

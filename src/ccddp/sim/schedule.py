@@ -7,10 +7,14 @@
   steps without waiting for the whole chunk.
 - ``group-key-allgather``: ``pipelined`` reduce-scatter, then an all-gather that forwards
   ciphertext under a group key: (n-1)+1 seals instead of 2(n-1).
-- ``hw-link`` (model only): the library's own all-reduce under CC where the hardware
-  encrypts the device link (Blackwell NVLink): no software crypto inside a node, only CC's
-  tolls, and no NVLS (CC turns multicast off). Refused for profiles whose link is
-  plaintext (Hopper), where it would send gradients in the clear.
+- ``native`` (model only): the CC system as it is: inside a node the library's own
+  all-reduce, protected by the system rather than sealed in software (Hopper CC fences the
+  node's devices into one trust domain and leaves NVLink in plaintext inside it;
+  Blackwell CC encrypts NVLink in hardware), paying CC's per-exchange toll at the
+  bandwidth CC keeps, with the switch reduction only where the switch is inside the trust
+  boundary; between nodes a CPU-TEE relay. Refused for profiles whose device link is
+  untrusted (the paper's emulation, a CPU host), where it would send gradients in the
+  clear.
 
 ``tag="message"`` puts one tag on each chunk (no pipelining inside it, as in
 ``ccddp.comm``); ``mac_batch=k`` with ``tag="segment"`` models seed 002's batched MAC (one
@@ -29,9 +33,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ccddp.chains import auto_chains
 from ccddp.errors import ConfigError
 
-SCHEDULES = ("naive", "pipelined", "group-key-allgather", "hw-link")
+SCHEDULES = ("naive", "pipelined", "group-key-allgather", "native")
 ALGORITHMS = ("ring", "tree")
 TAGS = ("segment", "message")
 MIB = 1 << 20
@@ -39,8 +44,9 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class Schedule:
-    """Settings of the CC-on all-reduce (``chains=None``: the profile's ``mac_chains``;
-    ``bucket_cap_mb=None``: the workload's own bucket plan)."""
+    """Settings of the CC-on all-reduce (``chains=None``: the profile's ``mac_chains``, or
+    ccddp's automatic rule where that is 0; ``bucket_cap_mb=None``: the workload's own
+    bucket plan)."""
 
     schedule: str = "pipelined"
     algorithm: str = "ring"
@@ -72,13 +78,31 @@ class Schedule:
         if not self.pad_budget_bytes >= 0:
             raise ConfigError(f"pad budget must be >= 0, got {self.pad_budget_bytes}")
 
-    def chains_for(self, hw: Any) -> int:
-        return int(self.chains if self.chains is not None else hw.mac_chains)
+    def chains_for(self, hw: Any, n: int = 1) -> int:
+        """Chains a rank of an ``n``-rank job runs: these settings', else the profile's,
+        else (``mac_chains = 0``) the rule ccddp's collectives apply: the host's cores
+        shared by the ranks on it."""
+        if self.chains is not None:
+            return int(self.chains)
+        if hw.mac_chains:
+            return int(hw.mac_chains)
+        return auto_chains(hw.host_cores, min(n, hw.gpus_per_node))
+
+    @property
+    def sealed(self) -> bool:
+        """Whether this schedule seals gradients in software."""
+        return self.schedule != "native"
 
     @property
     def segmented(self) -> bool:
         """Whether chunks are cut into pipelined segments."""
-        return self.schedule != "naive" and self.tag == "segment"
+        return self.schedule not in ("naive", "native") and self.tag == "segment"
+
+    @classmethod
+    def default_for(cls, hw: Any, **settings: Any) -> "Schedule":
+        """The schedule a system runs unless told otherwise: its native protection where
+        its device link is protected (production CC), else ccddp's pipelined one."""
+        return cls("native" if hw.device_link != "untrusted" else "pipelined", **settings)
 
     def with_(self, **changes: Any) -> "Schedule":
         return replace(self, **changes)

@@ -217,8 +217,8 @@ def load_workload_profile(path: str | Path) -> WorkloadProfile:
 
 def derive_workload(name: str, bucket_bytes: Sequence[int], hw: Any, *,
                     batch_size: float = 0.0, forward_flops_per_sample: float = 0.0,
-                    input_bytes: float = 0.0, param_bytes: Sequence[int] | None = None
-                    ) -> WorkloadProfile:
+                    input_bytes: float = 0.0, param_bytes: Sequence[int] | None = None,
+                    kernel_launches: float = 0.0) -> WorkloadProfile:
     """Phase times from FLOPs and the profile's compute rate; measured values in the
     profile's ``[workloads.<name>]`` table win over derived ones.
 
@@ -235,7 +235,7 @@ def derive_workload(name: str, bucket_bytes: Sequence[int], hw: Any, *,
         "optimizer_ms": total / (hw.optimizer_gbps * 1e9) * 1e3,
         "input_bytes": float(input_bytes),
         "data_ms": 0.0,
-        "kernel_launches": 0.0,
+        "kernel_launches": float(kernel_launches),
     }
     over = hw.workload_overrides(name)
     if "forward_ms" in over and "backward_ms" not in over:

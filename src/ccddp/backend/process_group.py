@@ -1,0 +1,466 @@
+"""``ProcessGroupCCDDP``: the torch.distributed process group of the ``ccddp`` backend.
+
+torch creates one per ``init_process_group("ccddp")`` / ``new_group(backend="ccddp")`` and
+registers it like any group (name, rank map), so every API that takes a group works with
+it. Each c10d operation is checked on the calling thread (an operation, reduction or
+dtype ccddp cannot run sealed raises :class:`ConfigError` naming it: there is no plaintext
+fallback), then queued on the group's :class:`OpQueue`, which runs it as a sealed ccddp
+collective (``ccddp.comm``) while the caller goes on; the returned work's future
+completes from that thread. Point-to-point messages are sealed and posted on the calling
+thread, on links of their own.
+
+Inside, the group keeps three gloo connection sets built from a ``PrefixStore`` of the
+group's own store: collectives (one per link direction) and point-to-point messages.
+They are registered nowhere: users, torch's group registry and ``torch.compile`` never
+see them, and every op method is kept out of dynamo's tracing (``torch.compiler.disable``).
+
+Example::
+
+    dist.init_process_group("ccddp")           # under torchrun; CCDDP_GROUP_SECRET set
+    t = torch.ones(4)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)   # sealed on every hop
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ccddp.backend.queue import OpQueue
+from ccddp.backend.registration import BACKEND_NAME, Options, settings_from_env
+from ccddp.backend.work import CollectiveWork, PeerWork
+from ccddp.comm import SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
+from ccddp.comm.exchange import all_to_all, gather, scatter
+from ccddp.comm.p2p import SealedPeerLinks
+from ccddp.comm.reduce import Reduction
+from ccddp.comm.transport import Transport
+from ccddp.errors import ConfigError
+
+_eager = torch.compiler.disable
+
+
+def _reduction(opts, what: str) -> Reduction:
+    op = getattr(opts, "reduceOp", None)
+    name = op.op.name if op is not None else "SUM"
+    if name == "PREMUL_SUM":
+        raise ConfigError(f"{what}: PREMUL_SUM (NCCL's pre-multiplied sum) is not supported by the ccddp backend")
+    return Reduction[name]
+
+
+def _check(t: torch.Tensor, what: str) -> torch.Tensor:
+    if t.layout != torch.strided:
+        raise ConfigError(f"{what}: {t.layout} tensors are not supported by the ccddp backend (dense CPU tensors only)")
+    if t.device.type != "cpu":
+        raise ConfigError(f"{what}: the ccddp backend seals CPU tensors, got one on {t.device}")
+    return t
+
+
+def _one(tensors: list[torch.Tensor], what: str) -> torch.Tensor:
+    if len(tensors) != 1:
+        raise ConfigError(f"{what}: the ccddp backend takes one tensor per call, got {len(tensors)}")
+    return _check(tensors[0], what)
+
+
+def _staged(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
+    """A contiguous tensor to work in, and what copies it back into ``t`` afterwards."""
+    if t.is_contiguous():
+        return t, lambda: None
+    buf = t.contiguous()
+    return buf, lambda: t.copy_(buf)
+
+
+def _same_dtype(tensors: list[torch.Tensor], what: str) -> torch.dtype:
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) != 1:
+        raise ConfigError(f"{what}: all tensors must share one dtype, got {sorted(map(str, dtypes))}")
+    return dtypes.pop()
+
+
+def _splits(t: torch.Tensor, sizes: list[int], n: int, what: str) -> list[torch.Tensor]:
+    """``t`` cut along dim 0 into ``sizes`` rows (equal parts if empty)."""
+    rows = t.shape[0] if t.dim() else 1
+    if not sizes:
+        if rows % n:
+            raise ConfigError(f"{what}: {rows} rows do not split evenly over {n} ranks; pass split sizes")
+        sizes = [rows // n] * n
+    if len(sizes) != n or sum(sizes) != rows:
+        raise ConfigError(f"{what}: split sizes {list(sizes)} do not cover {rows} rows over {n} ranks")
+    flat = t if t.dim() else t.view(1)
+    out, start = [], 0
+    for s in sizes:
+        out.append(flat.narrow(0, start, s))
+        start += s
+    return out
+
+
+class ProcessGroupCCDDP(dist.ProcessGroup):
+    """One ccddp process group; see the module docstring."""
+
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, options: Options | None = None, *,
+                 group_id: str = "", global_ranks: list[int] | None = None) -> None:
+        super().__init__(rank, size)
+        options = options or Options()
+        if size < 2:
+            raise ConfigError("the ccddp backend needs at least 2 ranks (with one nothing leaves the process: "
+                              "use gloo)")
+        settings = options.settings or settings_from_env(timeout.total_seconds())
+        if not settings.secure:
+            raise ConfigError(f"the ccddp backend runs sealed collectives only (impl secure or secure-naive), "
+                              f"got impl {settings.impl!r}")
+        base = dist.PrefixStore("ccddp/", store)
+        gloo_timeout = timedelta(seconds=max(settings.timeout_s, timeout.total_seconds()))
+        coll, down, p2p = (dist.ProcessGroupGloo(dist.PrefixStore(name, base), rank, size, gloo_timeout)
+                           for name in ("collectives", "collectives-down", "p2p"))
+        self._internal = (coll, down, p2p)
+        self.secure_group = SecureGroup(settings, options.secret, pg=coll,
+                                        transport=Transport(coll, settings.timeout_s, downward=down),
+                                        ranks=global_ranks if global_ranks is not None else list(range(size)))
+        self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
+        self.settings = settings
+        self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}")
+        self._group_name = group_id
+        self._group_desc = ""
+        self._lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+        self._op_counters: dict[str, dict] = {}
+        # The c10d operation the op queue is running (None between ops): for diagnostics.
+        self.current_op: str | None = None
+
+    # -- identity --------------------------------------------------------------------
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        return self._group_name
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:
+        return self._group_desc
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupCCDDP(rank={self.rank()}, size={self.size()}, name={self._group_name!r})"
+
+    # -- bookkeeping -----------------------------------------------------------------
+    def op_counters(self) -> dict[str, dict]:
+        """Crypto counters of this rank per c10d operation name (seals, opens, bytes, time)."""
+        with self._lock:
+            return {op: dict(c) for op, c in self._op_counters.items()}
+
+    def _submit(self, op: str, job: Callable[[], None], result) -> CollectiveWork:
+        with self._lock:
+            self.calls[op] = self.calls.get(op, 0) + 1
+        counters = self.secure_group.counters
+
+        def run() -> None:
+            before = counters.snapshot()
+            self.current_op = op
+            try:
+                job()
+            finally:
+                self.current_op = None
+            after = counters.snapshot()
+            with self._lock:
+                acc = self._op_counters.setdefault(op, dict.fromkeys(after, 0))
+                for k, v in after.items():
+                    acc[k] += v - before[k]
+
+        return CollectiveWork(self.queue.submit(run, result), op)
+
+    def call(self, fn: Callable[[SecureGroup], object]):
+        """``fn(secure_group)`` run on this group's op queue, in order with its collectives
+        (e.g. ``ccddp.comm.control.gather_json``); returns what it returns.
+
+        Example::
+
+            records = pg.call(lambda g: gather_json(my_record, g))
+        """
+        out = []
+        self._submit("call", lambda: out.append(fn(self.secure_group)), None).wait()
+        return out[0]
+
+    # -- all-reduce and reduce ---------------------------------------------------------
+    @_eager
+    def allreduce(self, tensors, opts=None):
+        t = _one(tensors, "all_reduce")
+        red = _reduction(opts, "all_reduce")
+        red.check(t.dtype, "all_reduce")
+        buf, back = _staged(t)
+
+        def job() -> None:
+            all_reduce(buf, self.secure_group, red)
+            back()
+
+        return self._submit("all_reduce", job, tensors)
+
+    @_eager
+    def allreduce_coalesced(self, tensors, opts=None):
+        red = _reduction(opts, "all_reduce_coalesced")
+        for t in tensors:
+            _check(t, "all_reduce_coalesced")
+            red.check(t.dtype, "all_reduce_coalesced")
+
+        def job() -> None:
+            by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+            for t in tensors:
+                by_dtype.setdefault(t.dtype, []).append(t)
+            for same in by_dtype.values():
+                flat = torch.cat([t.reshape(-1) for t in same])
+                all_reduce(flat, self.secure_group, red)
+                for t, part in zip(same, flat.split([t.numel() for t in same])):
+                    t.copy_(part.view(t.shape))
+
+        return self._submit("all_reduce_coalesced", job, tensors)
+
+    @_eager
+    def reduce(self, tensors, opts=None):
+        t = _one(tensors, "reduce")
+        red = _reduction(opts, "reduce")
+        red.check(t.dtype, "reduce")
+        root = opts.rootRank if opts is not None else 0
+        is_root = root == self.rank()
+
+        def job() -> None:
+            # Every rank takes part in a sealed all-reduce; only the root keeps the result.
+            buf = t.contiguous() if is_root else t.clone(memory_format=torch.contiguous_format)
+            all_reduce(buf, self.secure_group, red)
+            if is_root and buf is not t:
+                t.copy_(buf)
+
+        return self._submit("reduce", job, tensors)
+
+    # -- broadcast -----------------------------------------------------------------------
+    @_eager
+    def broadcast(self, tensors, opts=None):
+        t = _one(tensors, "broadcast")
+        root = opts.rootRank if opts is not None else 0
+        buf, back = _staged(t)
+
+        def job() -> None:
+            broadcast(buf, root, self.secure_group)
+            back()
+
+        return self._submit("broadcast", job, tensors)
+
+    # -- all-gather --------------------------------------------------------------------
+    def _gather_job(self, outs: list[torch.Tensor], inp: torch.Tensor, what: str) -> Callable[[], None]:
+        n = self.size()
+        if len(outs) != n:
+            raise ConfigError(f"{what}: need {n} output tensors, got {len(outs)}")
+        for o in outs:
+            _check(o, what)
+        dtype = _same_dtype(outs + [inp], what)
+        sizes = [o.numel() for o in outs]
+        if sizes[self.rank()] != inp.numel():
+            raise ConfigError(f"{what}: this rank's output has {sizes[self.rank()]} elements, "
+                              f"its input {inp.numel()}")
+
+        def job() -> None:
+            flat = torch.empty(sum(sizes), dtype=dtype)
+            uneven = len(set(sizes)) > 1
+            all_gather(flat, inp.contiguous(), self.secure_group, sizes=sizes if uneven else None)
+            for o, part in zip(outs, flat.split(sizes)):
+                o.copy_(part.view(o.shape))
+
+        return job
+
+    @_eager
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        inp = _one(input_tensors, "all_gather")
+        if len(output_tensors) != 1:
+            raise ConfigError("all_gather: the ccddp backend takes one output list per call")
+        return self._submit("all_gather", self._gather_job(output_tensors[0], inp, "all_gather"), output_tensors)
+
+    @_eager
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        jobs = [self._gather_job([per_rank[i] for per_rank in output_lists], _check(x, "all_gather_coalesced"),
+                                 "all_gather_coalesced") for i, x in enumerate(input_list)]
+        return self._submit("all_gather_coalesced", lambda: [j() for j in jobs], output_lists)
+
+    def _gather_flat_job(self, output: torch.Tensor, input: torch.Tensor, what: str) -> Callable[[], None]:
+        _check(output, what), _check(input, what)
+        if output.numel() != self.size() * input.numel() or output.dtype != input.dtype:
+            raise ConfigError(f"{what}: output must hold world_size x input elements of the input's dtype "
+                              f"({output.numel()} {output.dtype} vs {self.size()} x {input.numel()} {input.dtype})")
+        buf, back = _staged(output)
+
+        def job() -> None:
+            all_gather(buf, input.contiguous(), self.secure_group)
+            back()
+
+        return job
+
+    @_eager
+    def _allgather_base(self, output, input, opts=None):
+        return self._submit("all_gather_into_tensor", self._gather_flat_job(output, input, "all_gather_into_tensor"),
+                            [output])
+
+    all_gather_single = _allgather_base
+
+    @_eager
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        jobs = [self._gather_flat_job(o, i, "all_gather_into_tensor_coalesced") for o, i in zip(outputs, inputs)]
+        return self._submit("all_gather_into_tensor_coalesced", lambda: [j() for j in jobs], outputs)
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    # -- reduce-scatter ------------------------------------------------------------------
+    @_eager
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        out = _one(output_tensors, "reduce_scatter")
+        red = _reduction(opts, "reduce_scatter")
+        red.check(out.dtype, "reduce_scatter")
+        if len(input_lists) != 1 or len(input_lists[0]) != self.size():
+            raise ConfigError(f"reduce_scatter: need one list of {self.size()} input tensors")
+        ins = [_check(x, "reduce_scatter") for x in input_lists[0]]
+        _same_dtype(ins + [out], "reduce_scatter")
+        sizes = [x.numel() for x in ins]
+        buf, back = _staged(out)
+
+        def job() -> None:
+            flat = torch.cat([x.reshape(-1) for x in ins])
+            reduce_scatter(buf, flat, self.secure_group, red, sizes=sizes if len(set(sizes)) > 1 else None)
+            back()
+
+        return self._submit("reduce_scatter", job, output_tensors)
+
+    def _scatter_flat_job(self, output: torch.Tensor, input: torch.Tensor, opts, what: str) -> Callable[[], None]:
+        _check(output, what), _check(input, what)
+        red = _reduction(opts, what)
+        red.check(output.dtype, what)
+        if input.numel() != self.size() * output.numel() or output.dtype != input.dtype:
+            raise ConfigError(f"{what}: input must hold world_size x output elements of the output's dtype "
+                              f"({input.numel()} {input.dtype} vs {self.size()} x {output.numel()} {output.dtype})")
+        buf, back = _staged(output)
+
+        def job() -> None:
+            reduce_scatter(buf, input.contiguous(), self.secure_group, red)
+            back()
+
+        return job
+
+    @_eager
+    def _reduce_scatter_base(self, output, input, opts=None):
+        return self._submit("reduce_scatter_tensor",
+                            self._scatter_flat_job(output, input, opts, "reduce_scatter_tensor"), [output])
+
+    reduce_scatter_single = _reduce_scatter_base
+
+    @_eager
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        jobs = [self._scatter_flat_job(o, i, opts, "reduce_scatter_tensor_coalesced") for o, i in zip(outputs, inputs)]
+        return self._submit("reduce_scatter_tensor_coalesced", lambda: [j() for j in jobs], outputs)
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+    # -- all-to-all, gather, scatter -----------------------------------------------------
+    @_eager
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        _check(output, "all_to_all_single"), _check(input, "all_to_all_single")
+        n = self.size()
+        obuf, back = _staged(output)
+        outs = _splits(obuf, list(output_split_sizes), n, "all_to_all_single output")
+        ins = _splits(input.contiguous(), list(input_split_sizes), n, "all_to_all_single input")
+
+        def job() -> None:
+            all_to_all(outs, ins, self.secure_group)
+            back()
+
+        return self._submit("all_to_all_single", job, [output])
+
+    all_to_all_single = alltoall_base
+
+    @_eager
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        staged = [_staged(_check(o, "all_to_all")) for o in output_tensors]
+        ins = [_check(x, "all_to_all").contiguous() for x in input_tensors]
+
+        def job() -> None:
+            all_to_all([b for b, _ in staged], ins, self.secure_group)
+            for _, back in staged:
+                back()
+
+        return self._submit("all_to_all", job, output_tensors)
+
+    @_eager
+    def gather(self, output_lists, input_tensors, opts=None):
+        inp = _one(input_tensors, "gather")
+        root = opts.rootRank if opts is not None else 0
+        if self.rank() == root:
+            if len(output_lists) != 1:
+                raise ConfigError("gather: the destination rank needs one output list")
+            staged = [_staged(_check(o, "gather")) for o in output_lists[0]]
+        else:
+            staged = None
+
+        def job() -> None:
+            gather([b for b, _ in staged] if staged is not None else None, inp.contiguous(), root, self.secure_group)
+            for _, back in staged or []:
+                back()
+
+        return self._submit("gather", job, output_lists)
+
+    @_eager
+    def scatter(self, output_tensors, input_lists, opts=None):
+        out = _one(output_tensors, "scatter")
+        root = opts.rootRank if opts is not None else 0
+        ins = None
+        if self.rank() == root:
+            if len(input_lists) != 1:
+                raise ConfigError("scatter: the source rank needs one input list")
+            ins = [_check(x, "scatter").contiguous() for x in input_lists[0]]
+        buf, back = _staged(out)
+
+        def job() -> None:
+            scatter(buf, ins, root, self.secure_group)
+            back()
+
+        return self._submit("scatter", job, output_tensors)
+
+    # -- barriers --------------------------------------------------------------------------
+    @_eager
+    def barrier(self, opts=None):
+        # A sealed one-element all-reduce: the host cannot fake a peer's arrival, and, queued
+        # behind every earlier op of this group, it completes after them.
+        return self._submit("barrier", lambda: all_reduce(torch.zeros(1, dtype=torch.int32), self.secure_group), [])
+
+    @_eager
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        work = self.barrier()
+        work.wait(timeout)
+        return work
+
+    # -- point to point ----------------------------------------------------------------------
+    @_eager
+    def send(self, tensors, dst_rank, tag=0):
+        t = _one(tensors, "send")
+        return PeerWork(self.peer_links.isend(t, dst_rank, tag), tensors, "send")
+
+    @_eager
+    def recv(self, tensors, src_rank, tag=0):
+        t = _one(tensors, "recv")
+        return PeerWork(self.peer_links.irecv(t, src_rank, tag), tensors, "recv")
+
+    @_eager
+    def recv_anysource(self, tensors, tag=0):
+        t = _one(tensors, "recv")
+        return PeerWork(self.peer_links.irecv(t, None, tag), tensors, "recv")
+
+    # -- life -----------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop the op queue and the crypto threads (``destroy_process_group`` calls this).
+        The internal gloo links go with the process: gloo closes sockets abortively, and a
+        peer may still be reading its last frames."""
+        self.queue.close()
+        self.secure_group.close()
+
+    def abort(self) -> None:
+        self.shutdown()

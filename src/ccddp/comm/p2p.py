@@ -1,0 +1,173 @@
+"""Sealed point-to-point messages: ``send``/``recv`` (and receive-from-any) with tags.
+
+A point-to-point message belongs to no collective, so it cannot share the collectives'
+link counters: a program may post sends and receives in any order relative to its
+collectives, and on different tags. Each ``(src, dst, tag)`` is a stream of its own,
+with its own key (HKDF from the group secret and session, bound to the link and the tag)
+and counter. Both ends take counters in program order -- the sender when it posts a
+send, the receiver when it posts a receive from a named source -- so a replayed,
+reordered or dropped message fails its tag, as in the collectives.
+
+A receive from any source learns its sender only when the message has arrived, so it
+takes the next counter of that sender's stream then. A program that mixes receives from
+any source with receives from a named source on the same tag, while both are pending,
+can see a genuine message rejected (the sender's stream order is then not the posting
+order); nothing unauthenticated is ever accepted.
+
+The messages travel on a transport of their own (not the collectives' links), so a
+user's tags never meet the collectives' descriptor and data tags.
+
+Example::
+
+    links = SealedPeerLinks(group, Transport(p2p_pg, timeout_s=60))
+    if rank == 0:
+        links.isend(torch.arange(4.0), dst=1, tag=7).wait()
+    else:
+        x = torch.empty(4)
+        links.irecv(x, src=0, tag=7).wait()
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import torch
+
+from ccddp.comm.group import SecureGroup
+from ccddp.comm.pipeline import dtype_name
+from ccddp.comm.transport import Transport
+from ccddp.crypto.aad import FrameContext, Op, Phase
+from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES, LinkChannel, link_id
+from ccddp.crypto.keys import derive_purpose_key
+from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
+
+
+def _plain(t: torch.Tensor, what: str) -> torch.Tensor:
+    if t.device.type != "cpu":
+        raise ConfigError(f"{what}: ccddp seals CPU tensors (got {t.device})")
+    if not t.is_contiguous():
+        raise ConfigError(f"{what}: tensor must be contiguous")
+    if t.numel() * t.element_size() > MAX_FRAME_BYTES:
+        raise ConfigError(f"{what}: a message is at most {MAX_FRAME_BYTES >> 30} GiB; split the tensor")
+    return t.view(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+
+
+class PendingSend:
+    """A posted sealed send; :meth:`wait` returns once gloo has handed it over."""
+
+    def __init__(self, links: "SealedPeerLinks", work, frame: torch.Tensor, dst: int, tag: int) -> None:
+        self._links, self._work, self._frame, self.peer, self.tag = links, work, frame, dst, tag
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def wait(self, timeout: timedelta | None = None) -> None:
+        self._links._wait(self._work, self.peer, FrameLabel(f"{self._links.group.rank}->{self.peer}",
+                                                            f"send tag {self.tag}"), timeout)
+
+
+class PendingRecv:
+    """A posted sealed receive; :meth:`wait` verifies the message and writes the tensor."""
+
+    def __init__(self, links: "SealedPeerLinks", work, frame: torch.Tensor, out: torch.Tensor, dtype: str,
+                 src: int | None, tag: int) -> None:
+        self._links, self._work, self._frame, self._out = links, work, frame, out
+        self._dtype, self.tag = dtype, tag
+        self.peer = src
+        # From a named source the counter is taken now, in posting order.
+        self._open = links._open_job(src, tag, frame, out, dtype) if src is not None else None
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def wait(self, timeout: timedelta | None = None) -> int:
+        """Wait, verify and write the received tensor; returns the sender's rank."""
+        src = "any" if self.peer is None else str(self.peer)
+        self._links._wait(self._work, -1 if self.peer is None else self.peer,
+                          FrameLabel(f"{src}->{self._links.group.rank}", f"recv tag {self.tag}"), timeout)
+        if self._open is None:
+            src = self._work.source_rank()
+            if not (0 <= src < self._links.group.world_size) or src == self._links.group.rank:
+                raise PeerTimeoutError(f"a receive from any rank reported sender {src}")
+            self.peer = src
+            self._open = self._links._open_job(src, self.tag, self._frame, self._out, self._dtype)
+        self._open()
+        self._links.group.counters.add_message(sealed=False)
+        return self.peer
+
+
+class SealedPeerLinks:
+    """Sealed ``send``/``recv`` between the ranks of ``group`` over ``transport``."""
+
+    def __init__(self, group: SecureGroup, transport: Transport) -> None:
+        if group.secret is None:
+            raise ConfigError("sealed point-to-point messages need the group's key material")
+        self.group = group
+        self.transport = transport
+        self._tx: dict[tuple[int, int], LinkChannel] = {}
+        self._rx: dict[tuple[int, int], LinkChannel] = {}
+        self._lock = threading.Lock()
+
+    def _channel(self, table: dict, src: int, dst: int, tag: int) -> LinkChannel:
+        key = (dst if table is self._tx else src, tag)
+        with self._lock:
+            ch = table.get(key)
+            if ch is None:
+                g = self.group
+                secret = derive_purpose_key(g.secret, g.session_id, f"p2p/{src}->{dst}/tag/{tag}")
+                ch = LinkChannel(secret, link_id(src, dst), f"{src}->{dst} tag {tag}",
+                                 counters=g.counters, recorder=g.recorder, **g.settings.channel_options())
+                table[key] = ch
+            return ch
+
+    def _aad(self, src: int, dst: int, tag: int, nbytes: int, dtype: str) -> bytes:
+        return FrameContext(self.group.session_id, tag & ((1 << 64) - 1), Op.SEND_RECV, Phase.NONE, 0, 0,
+                            src, dst, nbytes, dtype).pack()
+
+    def _wait(self, work, peer: int, label: FrameLabel, timeout: timedelta | None) -> None:
+        """The transport's bounded wait, or one bounded by the caller's ``timeout``."""
+        if timeout is None:
+            self.transport.wait(work, peer, label)
+            return
+        try:
+            work.wait(timeout)
+        except RuntimeError:
+            raise PeerTimeoutError(f"rank {self.group.rank}: {label}: no answer within "
+                                   f"{timeout.total_seconds():g}s", label=label) from None
+
+    def _check_peer(self, peer: int, what: str) -> None:
+        n = self.group.world_size
+        if not 0 <= peer < n or peer == self.group.rank:
+            raise ConfigError(f"{what}: rank {peer} is not another rank of this group of {n}")
+
+    def _open_job(self, src: int, tag: int, frame: torch.Tensor, out: torch.Tensor, dtype: str):
+        ch = self._channel(self._rx, src, self.group.rank, tag)
+        return ch.open_job(frame.numpy(), out.numpy(), self._aad(src, self.group.rank, tag, out.numel(), dtype),
+                           collective=f"recv tag {tag}", step=0)
+
+    def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> PendingSend:
+        """Seal ``tensor`` for ``dst`` now and post it."""
+        self._check_peer(dst, "send")
+        plain = _plain(tensor, "send")
+        frame = torch.empty(plain.numel() + TAG_BYTES, dtype=torch.uint8)
+        dtype = dtype_name(tensor)
+        ch = self._channel(self._tx, self.group.rank, dst, tag)
+        ch.seal(plain.numpy(), frame.numpy(), self._aad(self.group.rank, dst, tag, plain.numel(), dtype))
+        self.group.counters.add_message(sealed=True)
+        return PendingSend(self, self.transport.isend(frame, dst, tag), frame, dst, tag)
+
+    def irecv(self, tensor: torch.Tensor, src: int | None, tag: int = 0) -> PendingRecv:
+        """Post a receive into ``tensor`` from ``src`` (None: from any rank)."""
+        if src is not None:
+            self._check_peer(src, "recv")
+        out = _plain(tensor, "recv")
+        frame = torch.empty(out.numel() + TAG_BYTES, dtype=torch.uint8)
+        if src is None:
+            try:
+                work = self.transport.pg.recv_anysource([frame], tag)
+            except RuntimeError as e:
+                raise self.transport.peer_failed(e, "cannot receive from any rank") from None
+        else:
+            work = self.transport.irecv(frame, src, tag)
+        return PendingRecv(self, work, frame, out, dtype_name(tensor), src, tag)

@@ -1,0 +1,203 @@
+"""The ccddp backend, op by op, on real ranks: every c10d operation torch's tools use gives
+what gloo's semantics say (inputs are a known function of the rank, so each rank checks
+the exact expected result), refused operations name themselves, works complete off the
+calling thread, internal links stay out of torch's group registry, and a tampered frame
+fails the collective with a typed error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dist_util import RankFailure, run_ranks
+
+SECRET = "6f1d8a27c3e94b05d2a7f68e1c93b4d70e5a2f8c61b9d3e47a0c5f2e8d16b93a"
+
+
+def _inp(r: int, shape=(6,), dtype=torch.float32) -> torch.Tensor:
+    return (torch.arange(torch.Size(shape).numel(), dtype=torch.float64) * (r + 1) + r - 2.5).reshape(shape).to(dtype)
+
+
+def _ops(rank, n):
+    import os
+    import threading
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+    from ccddp.errors import ConfigError
+
+    pg = dist.new_group(backend="ccddp")
+    R = dist.ReduceOp
+    everyone = [_inp(r) for r in range(n)]
+    stack = torch.stack(everyone)
+    bad = []
+
+    def check(name, got, want):
+        if not torch.equal(got, want):
+            bad.append(f"{name}: {got.tolist()} != {want.tolist()}")
+
+    for op, want in ((R.SUM, stack.sum(0)), (R.AVG, stack.sum(0) / n), (R.PRODUCT, stack.prod(0)),
+                     (R.MIN, stack.min(0).values), (R.MAX, stack.max(0).values)):
+        x = _inp(rank)
+        dist.all_reduce(x, op=op, group=pg)
+        # Ring order sums chunk by chunk; SUM/AVG/PRODUCT may differ from stack order by rounding.
+        if not torch.allclose(x, want, rtol=1e-6, atol=1e-6):
+            bad.append(f"all_reduce {op}: {x.tolist()} vs {want.tolist()}")
+    ints = [torch.tensor([3, 5, 6, 12], dtype=torch.int64) * (r + 1) for r in range(n)]
+    for op, fold in ((R.BAND, torch.bitwise_and), (R.BOR, torch.bitwise_or), (R.BXOR, torch.bitwise_xor)):
+        x = ints[rank].clone()
+        dist.all_reduce(x, op=op, group=pg)
+        want = ints[0]
+        for t in ints[1:]:
+            want = fold(want, t)
+        check(f"all_reduce {op}", x, want)
+    x = _inp(rank, (3, 4)).t()  # not contiguous: computed in a copy, written back
+    dist.all_reduce(x, group=pg)
+    if not torch.allclose(x, sum(_inp(r, (3, 4)) for r in range(n)).t()):
+        bad.append("all_reduce of a transposed tensor")
+    x = _inp(rank)
+    dist.broadcast(x, src=n - 1, group=pg)
+    check("broadcast", x, everyone[n - 1])
+    x = _inp(rank)
+    dist.reduce(x, dst=0, op=R.MAX, group=pg)
+    check("reduce", x, stack.max(0).values if rank == 0 else everyone[rank])
+    sizes = [r + 1 for r in range(n)]  # uneven all-gather
+    outs = [torch.empty(s) for s in sizes]
+    dist.all_gather(outs, torch.full((sizes[rank],), float(rank)), group=pg)
+    for r, o in enumerate(outs):
+        check("all_gather uneven", o, torch.full((sizes[r],), float(r)))
+    flat = torch.empty(n * 6)
+    dist.all_gather_into_tensor(flat, _inp(rank), group=pg)
+    check("all_gather_into_tensor", flat, torch.cat(everyone))
+    ins = [_inp(rank, (s,)) for s in sizes]  # uneven reduce-scatter
+    out = torch.empty(sizes[rank])
+    dist.reduce_scatter(out, ins, group=pg)
+    check("reduce_scatter uneven", out, sum(_inp(r, (sizes[rank],)) for r in range(n)))
+    out = torch.empty(2)
+    dist.reduce_scatter_tensor(out, _inp(rank, (2 * n,)), op=R.MIN, group=pg)
+    want = torch.stack([_inp(r, (2 * n,)) for r in range(n)]).min(0).values[2 * rank:2 * rank + 2]
+    check("reduce_scatter_tensor min", out, want)
+    # all_to_all_single with uneven splits: rank r sends (p + 1) rows to rank p.
+    send = torch.cat([torch.full((p + 1, 2), float(10 * rank + p)) for p in range(n)])
+    recv = torch.empty((n * (rank + 1), 2))
+    dist.all_to_all_single(recv, send, output_split_sizes=[rank + 1] * n, input_split_sizes=[p + 1 for p in range(n)],
+                           group=pg)
+    check("all_to_all_single", recv, torch.cat([torch.full((rank + 1, 2), float(10 * p + rank)) for p in range(n)]))
+    outs = [torch.empty(2) for _ in range(n)]
+    dist.all_to_all(outs, [torch.full((2,), float(10 * rank + p)) for p in range(n)], group=pg)
+    check("all_to_all", torch.stack(outs), torch.stack([torch.full((2,), float(10 * p + rank)) for p in range(n)]))
+    outs = [torch.empty(6) for _ in range(n)] if rank == 1 else None
+    dist.gather(_inp(rank), outs, dst=1, group=pg)
+    if rank == 1:
+        check("gather", torch.stack(outs), stack)
+    x = torch.empty(6)
+    dist.scatter(x, [_inp(p) * 2 for p in range(n)] if rank == 0 else None, src=0, group=pg)
+    check("scatter", x, _inp(rank) * 2)
+    a, b = _inp(rank, (2, 3)), torch.arange(4.0) * (rank + 1)
+    dist.all_reduce_coalesced([a, b], group=pg)
+    check("all_reduce_coalesced a", a, stack.sum(0).view(2, 3))
+    check("all_reduce_coalesced b", b, torch.arange(4.0) * sum(range(1, n + 1)))
+    got = [None] * n
+    dist.all_gather_object(got, {"rank": rank, "text": "x" * rank}, group=pg)
+    if got != [{"rank": r, "text": "x" * r} for r in range(n)]:
+        bad.append(f"all_gather_object: {got}")
+    dist.barrier(group=pg)
+    # Point to point, with tags, received in another order than sent.
+    nxt, prv = (rank + 1) % n, (rank - 1) % n
+    s1 = dist.isend(torch.full((3,), 100.0 + rank), nxt, group=pg, tag=1)
+    s2 = dist.isend(torch.full((5,), 200.0 + rank), nxt, group=pg, tag=2)
+    r2, r1 = torch.empty(5), torch.empty(3)
+    w2 = dist.irecv(r2, prv, group=pg, tag=2)
+    w1 = dist.irecv(r1, prv, group=pg, tag=1)
+    for w in (w2, w1, s1, s2):
+        w.wait()
+    check("irecv tag 1", r1, torch.full((3,), 100.0 + prv))
+    check("irecv tag 2", r2, torch.full((5,), 200.0 + prv))
+    ops = [dist.P2POp(dist.isend, torch.full((2,), float(rank)), nxt, pg),
+           dist.P2POp(dist.irecv, r := torch.empty(2), prv, pg)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    check("batch_isend_irecv", r, torch.full((2,), float(prv)))
+    if rank == 0:
+        senders = set()
+        for _ in range(n - 1):
+            y = torch.empty(1)
+            sender = dist.recv(y, group=pg, tag=9)  # from any rank
+            senders.add(sender)
+            if y.item() != 7.0 * sender:
+                bad.append(f"recv from any rank: {y.item()} from {sender}")
+        if senders != set(range(1, n)):
+            bad.append(f"recv from any rank: senders {senders}")
+    else:
+        dist.send(torch.tensor([7.0 * rank]), 0, group=pg, tag=9)
+    # Async: the future completes on ccddp's thread, not the caller's.
+    done_on = []
+    work = dist.all_reduce(torch.ones(1 << 16), group=pg, async_op=True)
+    fut = work.get_future().then(lambda f: done_on.append(threading.current_thread().name))
+    fut.wait()
+    if not done_on or done_on[0] == threading.current_thread().name:
+        bad.append(f"future completed on {done_on}")
+    refused = {}
+    for what, call in {
+        "PREMUL_SUM": lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0), group=pg),
+        "AVG": lambda: dist.all_reduce(torch.ones(2, dtype=torch.int64), op=R.AVG, group=pg),
+        "BAND": lambda: dist.all_reduce(torch.ones(2), op=R.BAND, group=pg),
+        "sparse": lambda: dist.all_reduce(torch.ones(2).to_sparse(), group=pg),
+    }.items():
+        try:
+            call()
+            refused[what] = "ran"
+        except ConfigError as e:
+            refused[what] = str(e)
+    from torch.distributed import distributed_c10d as c10d
+
+    return {"bad": bad, "refused": refused, "groups": len(c10d._world.pg_map),
+            "backend": dist.get_backend(pg), "name": pg.group_name}
+
+
+@pytest.mark.parametrize("world_size", [3])
+def test_every_op_gives_gloo_semantics(world_size):
+    res = run_ranks(_ops, world_size, timeout=300)
+    for rank, r in enumerate(res):
+        assert r["bad"] == [], (rank, r["bad"])
+        assert r["backend"] == "ccddp" and r["name"]
+        # The default gloo group and the ccddp group; ccddp's internal links are not groups.
+        assert r["groups"] == 2, r["groups"]
+        for what, message in r["refused"].items():
+            assert what.lower() in message.lower(), (what, message)
+
+
+def _tampered(rank, n):
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+
+    pg = dist.new_group(backend="ccddp", timeout=__import__("datetime").timedelta(seconds=20))
+    g = pg.secure_group
+    inner = g.transport
+
+    class Flip:
+        def isend(self, frame, dst, tag=0):
+            if frame.numel() > 1024:  # a data frame, not the descriptor
+                frame = frame.clone()
+                frame[7] ^= 1
+            return inner.isend(frame, dst, tag)
+
+        def __getattr__(self, name):
+            return getattr(inner, name)
+
+    if rank == 0:
+        g.transport = Flip()
+    dist.all_reduce(torch.ones(4096), group=pg)
+    return "completed"
+
+
+def test_tampered_frame_fails_the_collective_with_integrity_error():
+    res = run_ranks(_tampered, 2, timeout=120, pg_timeout=20, return_failures=True)
+    assert isinstance(res[1], RankFailure) and res[1].type_name == "IntegrityError", res[1]
+    assert "0->1" in res[1].message and "all_reduce" in res[1].message
