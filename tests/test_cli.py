@@ -84,6 +84,7 @@ def test_every_command_is_described_in_the_users_words_with_defaults():
             assert not re.search(word, text, re.I), f"{name} --help says {re.search(word, text, re.I)[0]!r}"
         formatter = parser._get_formatter()
         for action in parser._actions:
+            assert not action.option_strings or action.help, f"{name} {action.option_strings} has no help"
             if action.option_strings and action.help != argparse.SUPPRESS and \
                     action.default not in (None, False, argparse.SUPPRESS):
                 assert "default" in formatter._get_help_string(action), f"{name} {action.option_strings}"

@@ -26,13 +26,13 @@ def _gone(p: psutil.Process) -> bool:
         return True
 
 
-def _ranks(cli: subprocess.Popen, n: int, deadline_s: float = 300) -> list[psutil.Process]:
-    """The command's rank processes, once all ``n`` run."""
+def _ranks(cli: subprocess.Popen, n: int, deadline_s: float = 300, marker: str = "ccddp.bench.train") -> list[psutil.Process]:
+    """The command's rank processes (``marker`` in their command line), once all ``n`` run."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         assert cli.poll() is None, cli.communicate()[1][-2000:]
         ranks = [p for p in psutil.Process(cli.pid).children(recursive=True)
-                 if "ccddp.bench.train" in " ".join(p.cmdline()) and "torch.distributed.run" not in p.cmdline()]
+                 if marker in " ".join(p.cmdline()) and "torch.distributed.run" not in p.cmdline()]
         if len(ranks) == n:
             return ranks
         time.sleep(0.2)
@@ -55,6 +55,34 @@ def test_ctrl_c_ends_every_rank_before_the_command_returns():
         assert cli.returncode == 130 and stderr.strip().splitlines()[-1] == "ccddp: interrupted", stderr[-2000:]
     finally:  # never leave a rank running, whatever failed
         for p in ranks + (psutil.Process(cli.pid).children(recursive=True) if cli.poll() is None else []):
+            if not _gone(p):
+                p.kill()
+        cli.kill()
+
+
+SLEEPER = textwrap.dedent("""
+    import time, torch.distributed as dist
+    dist.init_process_group("gloo")
+    print("rank", dist.get_rank(), "ready", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_sigterm_to_launch_ends_every_rank_of_the_script(tmp_path):
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    cli = subprocess.Popen([sys.executable, "-m", "ccddp.cli", "launch", "--nproc-per-node", "2", str(script)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ranks: list[psutil.Process] = []
+    try:
+        ranks = _ranks(cli, 2, marker="sleeper.py")
+        cli.send_signal(signal.SIGTERM)   # what a job scheduler sends: to the command alone
+        _, stderr = cli.communicate(timeout=60)
+        alive = [p.pid for p in ranks if not _gone(p)]
+        assert not alive, f"ranks {alive} outlived the command"
+        assert cli.returncode == 130, stderr[-2000:]
+    finally:
+        for p in ranks:
             if not _gone(p):
                 p.kill()
         cli.kill()

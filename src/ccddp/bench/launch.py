@@ -58,16 +58,32 @@ def torchrun(module: str, args: list[str], nproc: int, *, timeout_s: float = 360
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
            f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
            "--max-restarts=0", "-m", module, *args]
+    done = supervised(cmd, env or job_env(), timeout_s=timeout_s, stdout=subprocess.PIPE if quiet else None,
+                      stderr=subprocess.PIPE)
+    if done.returncode != 0:
+        raise CCDDPError(f"the run on {nproc} local ranks failed: {reason(done.stderr)}")
+
+
+def supervised(cmd: list[str], env: dict, *, timeout_s: float | None = None, stdout=None,
+               stderr=None) -> subprocess.CompletedProcess:
+    """Run the torchrun command ``cmd`` in a session of its own and wait for it. Ctrl-C,
+    SIGTERM, SIGHUP or ``timeout_s`` stop it and every rank (:func:`stop`) before the
+    exception goes on, so no rank outlives the call.
+
+    Example::
+
+        done = supervised([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"],
+                          dict(os.environ))
+        done.returncode
+    """
     with _signals_as_interrupt():
-        proc = subprocess.Popen(cmd, env=env or job_env(), text=True, start_new_session=True,
-                                stdout=None if not quiet else subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, env=env, text=True, start_new_session=True, stdout=stdout, stderr=stderr)
         try:
-            _, stderr = proc.communicate(timeout=timeout_s)
-        except BaseException:  # Ctrl-C, SIGTERM, the timeout: no rank may outlive this call
+            out, err = proc.communicate(timeout=timeout_s)
+        except BaseException:
             stop(proc)
             raise
-    if proc.returncode != 0:
-        raise CCDDPError(f"the run on {nproc} local ranks failed: {reason(stderr)}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 #: Seconds torchrun and the ranks get to exit after SIGTERM before they are killed.

@@ -68,7 +68,8 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--collectives", default=None,
                    help=f"comma list of {', '.join(COLLECTIVES)} (default: all of them; setup: the messages "
                         "that set a secure group up)")
-    p.add_argument("--impl", default="secure", choices=["secure", "secure-naive"])
+    p.add_argument("--impl", default="secure", choices=["secure", "secure-naive"],
+                   help="secure collective implementation under attack: pipelined (secure) or the paper's (secure-naive)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds a rank may wait on a peer")
     p.add_argument("--stall-timeout", type=float, default=2.0,
                    help="timeout of the cases that must end in a timeout (stall, a dropped last frame)")

@@ -37,6 +37,11 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+class VerbatimHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """:class:`HelpFormatter` that keeps the description's and epilog's line breaks (for
+    commands whose epilog is a table or a list)."""
+
+
 class SubCommands(argparse._SubParsersAction):
     """Sub-commands whose ``--help`` opens with their one-line help when they give no
     description of their own."""

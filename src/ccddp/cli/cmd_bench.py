@@ -33,7 +33,7 @@ def register(sub) -> None:
                         "Triton's interpreter: a correctness check, not a speed")
     c.add_argument("--size", default=None, help="buffer size (default 4M; 64M on cuda; 64K for triton on cpu)")
     c.add_argument("--reps", type=int, default=None, help="timed repetitions (default 40; 20 on cuda)")
-    c.add_argument("--json", default=None)
+    c.add_argument("--json", default=None, metavar="PATH", help="write the results here as JSON")
     c.set_defaults(func=run_channel)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 
 from ccddp.errors import ConfigError
@@ -72,4 +71,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"a multi-node launch needs the same key material on every node: set {ENV_SECRET} "
                               "(or CCDDP_IDENTITY and CCDDP_ALLOWLIST)")
         env[ENV_SECRET] = GroupSecret.generate().value.hex()
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", *torchrun_argv(argv)], env=env).returncode
+    # torchrun in a session of its own: Ctrl-C or SIGTERM to this command ends every rank.
+    from ccddp.bench.launch import supervised
+
+    return supervised([sys.executable, "-m", "torch.distributed.run", *torchrun_argv(argv)], env).returncode

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ccddp.cli import VerbatimHelpFormatter
 from ccddp.errors import ConfigError
 
 MIB = 1 << 20
@@ -61,11 +62,12 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
                    help=f"CC-on all-reduce schedule(s), comma list of {', '.join(SCHEDULES)} "
                         "(default: the profile's native protection where it has one, else "
                         "pipelined, ccddp's 'secure')")
-    p.add_argument("--algorithm", choices=ALGORITHMS, default="ring")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="ring",
+                   help="all-reduce algorithm the schedule runs")
     p.add_argument("--bucket-cap-mb", type=float, default=None,
                    help="DDP bucket_cap_mb (default: DDP's 25 MiB with a 1 MiB first bucket)")
     p.add_argument("--segment-mb", type=float, default=4.0,
-                   help="pipelining segment size in MiB (default: 4, as ccddp.comm)")
+                   help="pipelining segment size in MiB (default: 4, as the secure collectives use)")
     p.add_argument("--chains", type=int, default=None,
                    help="MAC chains / crypto threads (default: the profile's mac_chains)")
     p.add_argument("--tag", choices=TAGS, default="segment",
@@ -81,7 +83,7 @@ def register(subparsers) -> None:
         "simulate", help="predict CC-off vs CC-on iteration time (performance model)",
         description="Predict per-iteration time of DDP training with CC off and on, "
                     "decomposed like paper Figs. 8b/9b, from a hardware profile.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EPILOG, formatter_class=VerbatimHelpFormatter)
     add_workload_args(p, many=True)
     p.add_argument("--gpus", default="2,4,8", help="comma list of world sizes (default: 2,4,8)")
     add_schedule_args(p)
