@@ -69,7 +69,8 @@ def test_simulate_schedule_options_reach_the_model(tmp_path, wl_json):
 
 @pytest.mark.parametrize("argv,message", [
     (["--profile", "nonesuch"], "unknown profile 'nonesuch'"),
-    (["--gpus", "0"], "--gpus needs positive integers"),
+    (["--gpus", "0"], "--gpus needs world sizes >= 2"),
+    (["--gpus", "1"], "--gpus needs world sizes >= 2"),
     (["--gpus", "two"], "--gpus must be a comma list"),
     (["--profile", "paper-h100", "--schedule", "native"], "native schedule needs"),
     (["--schedule", "fancy"], "unknown schedule 'fancy'"),
