@@ -22,10 +22,12 @@ from ccddp.errors import ConfigError
 
 MIB = 1 << 20
 
+SUMMARY = "DDP gradient buckets / all-reduces per iteration of a workload"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "buckets", help="DDP gradient buckets / all-reduces per iteration of a workload",
+        "buckets", help=SUMMARY,
         description="Compute DDP's gradient bucket assignment (torch's own code, meta "
                     "device) for the paper's workloads and compare with paper Fig. 6.")
     p.add_argument("--workload", required=True, metavar="NAME",

@@ -21,10 +21,12 @@ import math
 
 from ccddp.errors import ConfigError
 
+SUMMARY = "micro-benchmark this machine and write a hardware profile (TOML)"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "calibrate", help="micro-benchmark this machine and write a hardware profile (TOML)",
+        "calibrate", help=SUMMARY,
         description="Run micro-benchmarks on this machine (crypto, P2P, reduction, copy, "
                     "optimizer, compute, engine overhead) and write a complete hardware "
                     "profile for the performance model.")

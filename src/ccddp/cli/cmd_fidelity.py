@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 
+SUMMARY = "the performance model against the published numbers (fitted / held out, with errors)"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "fidelity", help="the performance model against the published numbers (fitted / "
-                         "held out, with errors)",
+        "fidelity", help=SUMMARY,
         description="Compare the performance model with every published number it can "
                     "speak to, and say which were fitted and which are held out.")
     p.add_argument("--json", metavar="PATH", help="write the rows and the summary as JSON")

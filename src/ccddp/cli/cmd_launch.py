@@ -22,11 +22,13 @@ from ccddp.errors import ConfigError
 
 INTERCEPT = "ccddp.backend.intercept"
 
+SUMMARY = "run an unmodified DDP script (torchrun arguments) with ccddp as its backend"
+
 
 def register(sub) -> None:
     # No option of its own: every argument, dashes included, is torchrun's (``--help`` too).
     p = sub.add_parser("launch", prefix_chars="\0", add_help=False,
-                       help="run an unmodified DDP script (torchrun arguments) with ccddp as its backend",
+                       help=SUMMARY,
                        description="torchrun, with every rank's CPU process groups served by the ccddp backend: "
                                    "ccddp launch [torchrun options] SCRIPT [script arguments]. The script's "
                                    "init_process_group('gloo') (or no backend) becomes 'ccddp'; nothing else "

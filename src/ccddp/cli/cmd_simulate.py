@@ -77,10 +77,12 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pad-budget-mb", type=float, default=0.0,
                    help="pre-computed pad bytes per peer in MiB (0 = off)")
 
+SUMMARY = "predict CC-off vs CC-on iteration time (performance model)"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "simulate", help="predict CC-off vs CC-on iteration time (performance model)",
+        "simulate", help=SUMMARY,
         description="Predict per-iteration time of DDP training with CC off and on, "
                     "decomposed like paper Figs. 8b/9b, from a hardware profile.",
         epilog=EPILOG, formatter_class=VerbatimHelpFormatter)

@@ -7,7 +7,6 @@ import json
 import os
 import tempfile
 
-from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE
 from ccddp.errors import ConfigError
 
 SUMMARY = "train a workload CC-off and/or CC-on and time every phase; --cc off,on compares them in turns"
@@ -54,6 +53,8 @@ def check_request(args: argparse.Namespace) -> None:
         raise ConfigError(f"{what} at least 2 ranks to exchange gradients: use --world-size 2 or more")
     if args.nnodes > 1 and args.master_port is None:
         raise ConfigError("with --nnodes > 1 give every node the same --master-port")
+    from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE  # the crypto stack: only when checking
+
     if args.nnodes > 1 and any(v.cc == "on" for v in variants) and \
             not (os.environ.get(ENV_SECRET) or os.environ.get(ENV_SECRET_FILE)):
         raise ConfigError(f"with --nnodes > 1 every node needs the same group secret: set {ENV_SECRET} "

@@ -19,12 +19,14 @@ from ccddp.errors import ConfigError
 
 MIB = 1 << 20
 
+SUMMARY = "search bucket cap, schedule, segment size and chains (performance model)"
+
 
 def register(subparsers) -> None:
     from ccddp.cli.cmd_simulate import add_workload_args
 
     p = subparsers.add_parser(
-        "tune", help="search bucket cap, schedule, segment size and chains (performance model)",
+        "tune", help=SUMMARY,
         description="Find the CC-on settings with the lowest predicted iteration time, "
                     "inside the calibrated envelope, and say what the answer assumes.")
     add_workload_args(p, many=False)

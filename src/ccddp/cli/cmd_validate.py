@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 
+SUMMARY = "compare the model's CC-on predictions with measured training runs"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "validate", help="compare the model's CC-on predictions with measured training runs",
+        "validate", help=SUMMARY,
         description="Predict measured CC-on training runs from a hardware profile and the "
                     "CC-off runs' compute times; report the errors against the 10 % (time) "
                     "/ 10 % (CC-on/CC-off ratio) targets.")
