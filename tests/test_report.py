@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import random
+import statistics
 import re
 
 import pytest
@@ -254,7 +257,7 @@ def test_report_ratios_agree_with_data(report_dir):
     assert "median of per-round ratios" in md.split("## CC-on / CC-off", 1)[1].split("##", 1)[0]
 
 
-def test_paired_ratio_is_the_median_of_round_ratios_and_drift_cancels(report_dir):
+def test_paired_ratio_is_the_hodges_lehmann_median_of_round_ratios_and_drift_cancels(report_dir):
     _, data = report_dir
     res = Results(data)
     # resnet50 at 3 ranks: CC-on costs a fixed share more per iteration; the machine's
@@ -263,12 +266,37 @@ def test_paired_ratio_is_the_median_of_round_ratios_and_drift_cancels(report_dir
     on, off = res.run("resnet50", 3, "on", "pipelined"), res.run("resnet50", 3, "off")
     rounds_on, rounds_off = Results.round_ms(on), Results.round_ms(off)
     assert max(rounds_off.values()) / min(rounds_off.values()) > 1.2
-    per_round = sorted(rounds_on[k] / rounds_off[k] for k in rounds_on)
-    assert r.estimate == pytest.approx((per_round[3] + per_round[4]) / 2)
+    logs = [math.log(rounds_on[k] / rounds_off[k]) for k in rounds_on]
+    n = len(logs)
+    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
+    assert r.estimate == pytest.approx(math.exp(statistics.median(walsh)))
     assert verdict(r) is Verdict.SLOWER and r.half_width < 0.05
-    # Order statistics: with 8 rounds only the smallest and the largest ratio bound a
-    # 95 % interval (the 2nd and 7th would cover 93 %).
-    assert (r.low, r.high) == (pytest.approx(per_round[0]), pytest.approx(per_round[7]))
+    # The signed-rank test's critical value, by counting all 2**8 sign patterns: the
+    # interval runs from the (c+1)-th smallest to the (c+1)-th largest Walsh average, c
+    # the largest rank sum with P(T <= c) <= 2.5 %.
+    sums = [sum(rank for rank in range(1, n + 1) if pattern >> (rank - 1) & 1) for pattern in range(2 ** n)]
+    c = max(t for t in range(n * (n + 1) // 2) if sum(s <= t for s in sums) / 2 ** n <= 0.025)
+    assert (n, c) == (8, 3)   # the textbook table's value for n = 8
+    assert (r.low, r.high) == (pytest.approx(math.exp(walsh[c])), pytest.approx(math.exp(walsh[-c - 1])))
+
+
+def test_the_paired_interval_is_the_inverted_wilcoxon_signed_rank_test():
+    # Shifts just inside the interval are not rejected at 5 % by SciPy's exact test;
+    # shifts just outside are: the interval is the test's, not an approximation of it.
+    from scipy.stats import wilcoxon
+
+    from ccddp.report.stats import hodges_lehmann_interval
+
+    rng = random.Random(7)
+    for n in (6, 9, 10, 17, 25):
+        xs = [rng.gauss(0.1, 0.05) for _ in range(n)]
+        iv = hodges_lehmann_interval(xs)
+        eps = 1e-9
+        for shift, rejected in ((iv.low - eps, True), (iv.low + eps, False), (iv.high - eps, False),
+                                (iv.high + eps, True)):
+            p = wilcoxon([x - shift for x in xs], method="exact").pvalue
+            assert bool(p < 0.05) == rejected, (n, shift, p)
+    assert hodges_lehmann_interval([0.1] * 5).low is None        # 5 rounds: no 95 % interval exists
 
 
 def test_a_ratio_whose_interval_holds_one_is_no_measurable_difference(report_dir):

@@ -64,7 +64,7 @@ def test_configurations_are_kept_apart_and_need_a_cc_off_run():
 def test_markdown_table_has_one_line_per_configuration_and_dashes_for_missing_schedules():
     lines = markdown_table(compare_runs([result("off", 1000, 200), result("on", 1100, 200, crypto=42)]))
     assert len(lines) == 5 and lines[0].count("|") == lines[2].count("|")
-    assert lines[4].startswith("¹ Variants that took turns in one launch: the median of per-round ratios")
+    assert lines[4].startswith("¹ Variants that took turns in one launch: the Hodges-Lehmann median of per-round ratios")
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
     assert cells[:5] == ["bert-base", "2", "batch_size=4, seq_len=128, dtype=float32", "1",
                          "1000 (1000)"]

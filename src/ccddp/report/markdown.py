@@ -41,8 +41,8 @@ CAPTIONS = {
         "**Measured** median time per iteration on rank 0 with its 95 % interval (error "
         "bar), one panel per world size (log scale). CC-off is gloo's all-reduce; CC-on "
         "seals every ring hop with AES-GCM, with the paper's naive schedule and/or ccddp's "
-        "pipelined one. The label on a CC-on bar is CC-on/CC-off (median of per-round "
-        "ratios); ≈1 means its 95 % interval contains 1: no measurable difference. "
+        "pipelined one. The label on a CC-on bar is CC-on/CC-off (Hodges-Lehmann median of "
+        "per-round ratios); ≈1 means its 95 % interval contains 1: no measurable difference. "
         "\"failed\" marks a run that did not finish."),
     "phase_decomposition": (
         "Where CC-on time goes (cf. paper Figs. 8b, 9b)",
@@ -65,8 +65,8 @@ CAPTIONS = {
         "Overhead of each CC-on schedule",
         "**Measured** CC-on/CC-off per workload and world size, for the paper's naive "
         "schedule (seal the whole chunk, send, open, reduce) and ccddp's pipelined one "
-        "(segments sealed while earlier ones are in flight): the median of per-round "
-        "ratios with its 95 % interval. 1 = no overhead. A ratio whose interval contains "
+        "(segments sealed while earlier ones are in flight): the Hodges-Lehmann median of "
+        "per-round ratios with its 95 % interval (Wilcoxon signed-rank). 1 = no overhead. A ratio whose interval contains "
         "1 is drawn as its interval alone, labelled ≈1 (no measurable difference)."),
     "projected_slowdown": (
         "Projected slowdown vs number of GPUs — model, not measured",
