@@ -297,6 +297,9 @@ def test_the_paired_interval_is_the_inverted_wilcoxon_signed_rank_test():
             p = wilcoxon([x - shift for x in xs], method="exact").pvalue
             assert bool(p < 0.05) == rejected, (n, shift, p)
     assert hodges_lehmann_interval([0.1] * 5).low is None        # 5 rounds: no 95 % interval exists
+    # Ratios pooled over many launches: the null distribution stays finite (2**n overflowed).
+    big = hodges_lehmann_interval([rng.gauss(0.0, 1.0) for _ in range(1500)])
+    assert -0.15 < big.low < big.estimate < big.high < 0.15
 
 
 def test_a_ratio_whose_interval_holds_one_is_no_measurable_difference(report_dir):

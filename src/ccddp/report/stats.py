@@ -92,15 +92,17 @@ def median_interval(values: Sequence[float]) -> Interval | None:
 
 def signed_rank_null(n: int):
     """Exact null distribution of the Wilcoxon signed-rank statistic for ``n`` samples:
-    ``counts[t]`` = how many of the 2**n sign patterns give rank sum ``t``. (SciPy
-    computes it only inside its test, so the subset-sum recursion is written here.)"""
+    ``pmf[t]`` = the share of the 2**n sign patterns whose positive ranks sum to ``t``.
+    (SciPy computes it only inside its test, so the subset-sum recursion is written here;
+    halving at every rank keeps it finite for any n.)"""
     import numpy as np
 
-    counts = np.zeros(n * (n + 1) // 2 + 1)
-    counts[0] = 1.0
-    for r in range(1, n + 1):          # each rank r either joins the positive sum or not
-        counts[r:] = counts[r:] + counts[:-r].copy()
-    return counts
+    pmf = np.zeros(n * (n + 1) // 2 + 1)
+    pmf[0] = 1.0
+    for r in range(1, n + 1):          # rank r joins the positive sum or not, each half the time
+        pmf[r:] = (pmf[r:] + pmf[:-r].copy()) / 2
+        pmf[:r] /= 2
+    return pmf
 
 
 def hodges_lehmann_interval(values: Sequence[float]) -> Interval | None:
@@ -118,7 +120,7 @@ def hodges_lehmann_interval(values: Sequence[float]) -> Interval | None:
     est = float(np.median(walsh))
     if n < MIN_SAMPLES:
         return Interval(est, None, None, n)
-    cdf = np.cumsum(signed_rank_null(n)) / 2.0 ** n
+    cdf = np.cumsum(signed_rank_null(n))
     # k = the largest count with P(T < k) <= alpha/2: the interval is [W_(k), W_(N-k+1)]
     # (1-based), whose coverage is at least 95 %.
     k = int(np.searchsorted(cdf, (1 - CONFIDENCE) / 2, side="right"))
