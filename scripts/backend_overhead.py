@@ -1,9 +1,10 @@
 """What the torch.distributed face costs: ``dist.all_reduce`` on a ccddp group vs
 ``ccddp.comm.all_reduce`` on a SecureGroup with the same settings, taking turns call by
-call (paired per iteration), at each size.
+call (paired per iteration), at each size. The ratio is the Hodges-Lehmann median of the
+per-call ratios with its 95 % signed-rank interval (``ccddp.bench.stats.paired_ratio``).
 
     CCDDP_GROUP_SECRET=$(python -c 'import os;print(os.urandom(32).hex())') \\
-    torchrun --nproc-per-node 2 scripts/backend_overhead.py --sizes 1M,64M --iters 30 --json out.json
+    torchrun --nproc-per-node 2 scripts/backend_overhead.py --sizes 1M,64M --iters 400 --json out.json
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.distributed as dist
 
 import ccddp.backend  # noqa: F401
 from ccddp.comm import CommSettings, SecureGroup, all_reduce
+from ccddp.bench.stats import paired_ratio
 
 
 def size_bytes(text: str) -> int:
@@ -30,8 +32,8 @@ def size_bytes(text: str) -> int:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="1M,64M")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=400)
+    p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--json")
     a = p.parse_args()
     dist.init_process_group("gloo")
@@ -66,14 +68,17 @@ def main() -> None:
         backend, comm = slowest[0].tolist(), slowest[1].tolist()
         ratios = sorted(b / c for b, c in zip(backend, comm))
         q = statistics.quantiles(ratios, n=4)
+        hl = paired_ratio(dict(enumerate(backend)), dict(enumerate(comm)))
         rows.append({"size": text, "bytes": numel * 4, "backend_ms": statistics.median(backend) * 1e3,
-                     "comm_ms": statistics.median(comm) * 1e3, "ratio_median": statistics.median(ratios),
-                     "ratio_p25": q[0], "ratio_p75": q[2], "iters": a.iters})
+                     "comm_ms": statistics.median(comm) * 1e3, "ratio": hl.estimate, "ratio_low": hl.low,
+                     "ratio_high": hl.high, "ratio_median": statistics.median(ratios),
+                     "ratio_p25": q[0], "ratio_p75": q[2], "iters": a.iters, "backend_s": backend, "comm_s": comm})
     if rank == 0:
-        print(f"{'size':>6} {'dist.all_reduce (ms)':>21} {'comm.all_reduce (ms)':>21} {'ratio (p25-p75)':>22}")
+        print(f"{'size':>6} {'dist.all_reduce (ms)':>21} {'comm.all_reduce (ms)':>21} {'ratio (95 % interval)':>22}"
+              f" {'per-call p25-p75':>17}")
         for r in rows:
             print(f"{r['size']:>6} {r['backend_ms']:21.2f} {r['comm_ms']:21.2f} "
-                  f"{r['ratio_median']:8.3f} ({r['ratio_p25']:.3f}-{r['ratio_p75']:.3f})")
+                  f"{r['ratio']:8.3f} ({r['ratio_low']:.3f}-{r['ratio_high']:.3f}) {r['ratio_p25']:8.3f}-{r['ratio_p75']:.3f}")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"rows": rows, "world_size": n, "machine": platform.processor() or platform.machine(),

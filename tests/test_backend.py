@@ -201,3 +201,46 @@ def test_tampered_frame_fails_the_collective_with_integrity_error():
     res = run_ranks(_tampered, 2, timeout=120, pg_timeout=20, return_failures=True)
     assert isinstance(res[1], RankFailure) and res[1].type_name == "IntegrityError", res[1]
     assert "0->1" in res[1].message and "all_reduce" in res[1].message
+
+
+def _who_runs(rank, n):
+    import os
+    import threading
+    import time
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+
+    g1, g2 = dist.new_group(backend="ccddp"), dist.new_group(backend="ccddp")
+    out = {}
+    # Waited for at once: run by the waiting thread (no hand-off to the queue's worker).
+    work = dist.all_reduce(x := torch.ones(8), group=g1, async_op=True)
+    work.wait()
+    out["waited"] = work._ticket.thread == threading.current_thread().name and x.tolist() == [float(n)] * 8
+    # Never waited for or asked about: still runs (the worker's poll starts it).
+    work = dist.all_reduce(y := torch.ones(8), group=g1, async_op=True)
+    deadline = time.monotonic() + 10
+    while y[0].item() != n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    out["unwaited"] = y.tolist() == [float(n)] * 8
+    work.wait()
+    # Two groups, issued in the same order on every rank, but rank 0 leaves its first op
+    # unwaited while it blocks in the second: gloo's semantics say this completes.
+    a, b = torch.ones(4), torch.ones(4)
+    if rank == 0:
+        wa = dist.all_reduce(a, group=g1, async_op=True)
+        dist.all_reduce(b, group=g2)
+        wa.wait()
+    else:
+        dist.all_reduce(a, group=g1)
+        dist.all_reduce(b, group=g2)
+    out["two groups"] = a.tolist() == b.tolist() == [float(n)] * 4
+    return out
+
+
+def test_waited_ops_run_on_the_caller_and_unwaited_ones_still_run():
+    res = run_ranks(_who_runs, 2, timeout=120, pg_timeout=30)
+    for rank, r in enumerate(res):
+        assert r == {"waited": True, "unwaited": True, "two groups": True}, (rank, r)

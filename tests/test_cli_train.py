@@ -57,7 +57,11 @@ def test_user_errors_are_one_line():
                          (["train", "--workload", "gpt2-xl", "--world-size", "64", "--dtype", "float32"],
                           "GiB is available"),
                          (["train", "--workload", "resnet50", "--nnodes", "2", "--master-port", "1"],
-                          "group secret")]:
+                          "group secret"),
+                         (["train", "--workload", "resnet50", "--cc", "off,on", "--precision", "0.1"],
+                          "--precision needs --budget"),
+                         (["train", "--workload", "resnet50", "--cc", "off,on", "--budget", "9", "--precision", "10"],
+                          "fraction of the ratio")]:
         env = {"CCDDP_GROUP_SECRET": ""}
         r = _ccddp(*args, env=env)
         assert r.returncode == 2, (args, r.stderr)
@@ -149,3 +153,21 @@ def test_variants_that_take_turns_in_blocks_rebuild_their_model_every_round(tmp_
     start = {(run["variant"], it["round"]): it["start_ms"] for run in (off, on) for it in run["iterations"]
              if it["round"] is not None}
     assert start[("off", 0)] < start[("on:pipelined", 0)] < start[("on:pipelined", 1)] < start[("off", 1)]
+
+
+def test_precision_stops_a_budgeted_launch_once_the_ratios_are_that_precise(tmp_path):
+    # A tiny model's round takes ~0.1 s: 60 s of budget would hold the 200-round cap. A
+    # precision every interval meets at once stops at the fewest rounds; one no interval
+    # can meet measures the whole cap.
+    def rounds(precision: str, budget: str) -> int:
+        out = tmp_path / f"p{precision}.json"
+        r = _ccddp("train", "--workload", "graphsage", "--size", "tiny", "--cc", "off,on", "--world-size", "2",
+                   "--steps", "6", "--warmup", "1", "--budget", budget, "--precision", precision, "--timeout", "60",
+                   "--json", str(out), env={"CCDDP_GROUP_SECRET": SECRET})
+        assert r.returncode == 0, r.stderr[-2000:]
+        counts = {run["pairing"]["rounds"] for run in json.loads(out.read_text())["runs"]}
+        assert len(counts) == 1
+        return counts.pop()
+
+    assert rounds("0.99", "60") == 6
+    assert rounds("0.0001", "3") > 6

@@ -5,8 +5,9 @@ registers it like any group (name, rank map), so every API that takes a group wo
 it. Each c10d operation is checked on the calling thread (an operation, reduction or
 dtype ccddp cannot run sealed raises :class:`ConfigError` naming it: there is no plaintext
 fallback), then queued on the group's :class:`OpQueue`, which runs it as a sealed ccddp
-collective (``ccddp.comm``) while the caller goes on; the returned work's future
-completes from that thread. Point-to-point messages are sealed and posted on the calling
+collective (``ccddp.comm``) while the caller goes on (or on the caller's own thread, when
+it waits for the op before the queue's worker has started it); the returned work's
+future completes once it has run. Point-to-point messages are sealed and posted on the calling
 thread, on links of their own.
 
 Inside, the group keeps three gloo connection sets built from a ``PrefixStore`` of the
@@ -173,7 +174,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
                 for k, v in after.items():
                     acc[k] += v - before[k]
 
-        return CollectiveWork(self.queue.submit(run, result), op)
+        return CollectiveWork(self.queue, self.queue.submit(run, result), op)
 
     def call(self, fn: Callable[[SecureGroup], object]):
         """``fn(secure_group)`` run on this group's op queue, in order with its collectives

@@ -1,5 +1,5 @@
-"""The op queue: one thread per ccddp process group that runs its collectives in the
-order they were issued.
+"""The op queue: the ops of one ccddp process group, run one at a time in the order they
+were issued.
 
 torch.distributed requires every rank to issue a group's collectives in the same order,
 so one FIFO per group keeps the ranks' sealed collectives (and their link counters) in
@@ -7,48 +7,80 @@ step without any extra coordination, while the issuing thread -- DDP's backward 
 on. After a failure the group's collective stream is out of step with its peers: every
 later op fails with the same error instead of sending more frames.
 
-Futures are completed from a small pool, not from the queue's thread: completing a future
-runs its callbacks, and a callback may issue another op of this group and wait for it
-(PowerSGD's hook does), which the queue's thread must then be free to run. A caller that
-waits (``Ticket.wait``) is woken by the queue's thread directly, one hand-off sooner.
+Who runs an op. A synchronous call (``dist.all_reduce(t)``) waits for its op at once: the
+waiting thread runs the op itself when it is next in line and none runs. Waking a second
+thread for it would cost more than sealing a 1 MiB message on a busy 2-core machine: the
+woken thread competes for the GIL and for a core with the op it was woken for. So
+submitting does not wake the queue's worker; the worker is woken as soon as anything shows
+that the caller goes on without waiting -- the op's future is asked for (DDP asks for
+every bucket's), its completion is polled, it is waited for with a timeout, or another op
+is queued behind it -- and, failing all of those, it takes an op nobody has claimed within
+``UNCLAIMED_START_S``. Order is the same whoever runs an op: after every op submitted
+before it, before every op submitted after it.
+
+An op's ``torch.futures.Future`` is made only when asked for (a synchronous call never
+asks, and skips its cost). A future asked for before the op has run is completed from a
+small pool, not from the thread that ran the op: completing a future runs its callbacks,
+and a callback may issue another op of this group and wait for it (PowerSGD's hook does),
+which must then be free to run. One asked for afterwards is returned already completed.
 
 Example::
 
     q = OpQueue("ccddp-0")
-    fut = q.submit(lambda: all_reduce(t, group), result=[t])
-    fut.wait()
+    ticket = q.submit(lambda: all_reduce(t, group), result=[t])
+    q.wait(ticket)               # runs the op on this thread: it is next and none runs
 """
 
 from __future__ import annotations
 
-import queue
+import collections
+import enum
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+#: How long an op may wait unclaimed before the worker starts it (the worker's idle poll).
+UNCLAIMED_START_S = 0.05
+
+# What runs an op on the caller's thread is kept out of dynamo's tracing: under
+# ``torch.compile`` a collective's wait must run the sealed op, not trace it.
+_eager = torch.compiler.disable
+
+
+class TicketState(enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+
 
 class Ticket:
-    """One submitted op: its future, and an event set as soon as the op has run."""
+    """One submitted op: its job, its state, and an event set as soon as the op has run."""
 
-    def __init__(self) -> None:
-        self.future: torch.futures.Future = torch.futures.Future()
+    def __init__(self, job: Callable[[], None], result) -> None:
+        self.job = job
+        self.result = result
+        self.state = TicketState.QUEUED
+        self.future: torch.futures.Future | None = None  # made by OpQueue.future
         self.done = threading.Event()
         self.error: BaseException | None = None
+        self.thread: str | None = None  # the name of the thread that ran it (diagnostics, tests)
 
-    def wait(self, timeout_s: float | None = None) -> bool:
-        """Wait until the op has run (False on timeout); raise its error if it failed."""
-        if not self.done.wait(timeout_s):
-            return False
-        if self.error is not None:
-            raise self.error
-        return True
+
+def _complete(future: torch.futures.Future, ticket: Ticket) -> None:
+    if ticket.error is not None:
+        future.set_exception(ticket.error)
+    else:
+        future.set_result(ticket.result)
 
 
 class OpQueue:
     def __init__(self, name: str) -> None:
-        self._queue: queue.Queue = queue.Queue()
+        self._pending: collections.deque[Ticket] = collections.deque()
+        self._running = False  # an op is being run (by the worker or by a waiting caller)
+        self._closed = False
+        self._cond = threading.Condition()
         self._failure: BaseException | None = None
         # Callbacks that wait on later ops nest: each level holds one completing thread.
         self._completer = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{name}-done")
@@ -56,29 +88,93 @@ class OpQueue:
         self._thread.start()
 
     def submit(self, job: Callable[[], None], result) -> Ticket:
-        """Run ``job`` after every op submitted before it; the ticket's future then holds
-        ``result``."""
-        ticket = Ticket()
-        self._queue.put((job, result, ticket))
+        """Queue ``job`` to run after every op submitted before it; ``result`` is what the
+        ticket's future then holds."""
+        ticket = Ticket(job, result)
+        with self._cond:
+            # An op still queued in front of this one was not waited for: start it.
+            if self._pending:
+                self._cond.notify()
+            self._pending.append(ticket)
         return ticket
+
+    @_eager
+    def start(self, ticket: Ticket) -> None:
+        """Have the worker run ``ticket`` (and what is queued before it) without waiting
+        for anyone to claim it."""
+        with self._cond:
+            if ticket.state is TicketState.QUEUED:
+                self._cond.notify()
+
+    @_eager
+    def wait(self, ticket: Ticket, timeout_s: float | None = None) -> bool:
+        """Wait until ``ticket``'s op has run (False on timeout); raise its error if it
+        failed. Without a timeout, an op that is next in line while none runs is run here."""
+        if timeout_s is None and self._take(ticket):
+            self._run(ticket)
+        elif not ticket.done.is_set():
+            self.start(ticket)
+        if not ticket.done.wait(timeout_s):
+            return False
+        if ticket.error is not None:
+            raise ticket.error
+        return True
+
+    @_eager
+    def future(self, ticket: Ticket) -> torch.futures.Future:
+        """``ticket``'s future, completed with its result (or error) once the op has run;
+        asking for it starts the op."""
+        with self._cond:
+            if ticket.future is not None:
+                return ticket.future
+            ticket.future = torch.futures.Future()
+            if ticket.state is not TicketState.DONE:
+                if ticket.state is TicketState.QUEUED:
+                    self._cond.notify()
+                return ticket.future  # _run completes it
+        _complete(ticket.future, ticket)
+        return ticket.future
+
+    def _take(self, ticket: Ticket) -> bool:
+        """Claim ``ticket`` for the calling thread if it is next and nothing runs."""
+        with self._cond:
+            if self._running or not self._pending or self._pending[0] is not ticket:
+                return False
+            self._pending.popleft()
+            self._running = True
+            ticket.state = TicketState.RUNNING
+            return True
+
+    def _run(self, ticket: Ticket) -> None:
+        ticket.thread = threading.current_thread().name
+        if self._failure is None:
+            try:
+                ticket.job()
+            except BaseException as e:  # handed to the waiting thread through the ticket
+                self._failure = e
+        ticket.error = self._failure
+        ticket.job = None  # drop the closure (and the tensors it holds) once run
+        with self._cond:
+            ticket.state = TicketState.DONE
+            self._running = False
+            if self._pending:  # the worker runs what queued up behind this op
+                self._cond.notify()
+            future = ticket.future
+        ticket.done.set()
+        if future is not None:
+            self._completer.submit(_complete, future, ticket)
 
     def _loop(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            job, result, ticket = item
-            if self._failure is None:
-                try:
-                    job()
-                except BaseException as e:  # handed to the issuing thread through the ticket
-                    self._failure = e
-            ticket.error = self._failure
-            ticket.done.set()
-            if ticket.error is not None:
-                self._completer.submit(ticket.future.set_exception, ticket.error)
-            else:
-                self._completer.submit(ticket.future.set_result, result)
+            with self._cond:
+                while self._running or not self._pending:
+                    if self._closed and not self._pending:
+                        return
+                    self._cond.wait(UNCLAIMED_START_S)
+                ticket = self._pending.popleft()
+                self._running = True
+                ticket.state = TicketState.RUNNING
+            self._run(ticket)
 
     @property
     def failure(self) -> BaseException | None:
@@ -86,6 +182,9 @@ class OpQueue:
         return self._failure
 
     def close(self, timeout_s: float = 5.0) -> None:
-        self._queue.put(None)
+        """Run what is queued, then stop the worker (waiting at most ``timeout_s``)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
         self._thread.join(timeout=timeout_s)
         self._completer.shutdown(wait=False)

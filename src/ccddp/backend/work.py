@@ -2,8 +2,9 @@
 subclasses, as PyTorch's own tests of Python process groups use them.
 
 A collective's work is backed by a ``torch.futures.Future`` that ccddp's op queue
-completes from its own thread; DDP's reducer chains on :meth:`CollectiveWork.get_future`,
-so backward goes on while the sealed collective runs. A point-to-point work wraps the
+completes once the op has run (on its worker, or on a caller that waited for it first);
+DDP's reducer chains on :meth:`CollectiveWork.get_future`, so backward goes on while the
+sealed collective runs. A point-to-point work wraps the
 posted sealed message; its future is completed by a helper thread on first request.
 
 Example::
@@ -35,23 +36,26 @@ def _seconds(timeout) -> float | None:
 class CollectiveWork(dist.Work):
     """A collective queued on ccddp's op queue; its future holds the output tensors."""
 
-    def __init__(self, ticket, op: str) -> None:
+    def __init__(self, queue, ticket, op: str) -> None:
         super().__init__()
+        self._queue = queue
         self._ticket = ticket
-        self._future = ticket.future
         self.op = op
 
     def wait(self, timeout=None) -> bool:
         limit = _seconds(timeout)
-        if not self._ticket.wait(limit):  # raises the collective's typed error
+        if not self._queue.wait(self._ticket, limit):  # raises the collective's typed error
             raise PeerTimeoutError(f"{self.op} did not complete within {limit:g}s")
         return True
 
     def get_future(self) -> torch.futures.Future:
-        return self._future
+        return self._queue.future(self._ticket)
 
     def is_completed(self) -> bool:
-        return self._ticket.done.is_set()
+        if self._ticket.done.is_set():
+            return True
+        self._queue.start(self._ticket)  # polled, not waited for: the worker runs it
+        return False
 
     def is_success(self) -> bool:
         return self.is_completed() and self._ticket.error is None
@@ -61,7 +65,7 @@ class CollectiveWork(dist.Work):
 
     def result(self) -> list:
         self.wait()
-        return self._future.wait()
+        return self._ticket.result
 
     def synchronize(self) -> None:
         pass

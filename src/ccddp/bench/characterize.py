@@ -20,12 +20,16 @@ from ccddp.bench.options import variant_key
 from ccddp.errors import CCDDPError, ConfigError
 
 SCHEMA = "ccddp.characterize/1"
-# --quick: each launch measures for QUICK_BUDGET_S seconds after its warm-up (at least
-# `steps` rounds), which keeps the whole sweep near 10 minutes on a quiet 2-core machine
-# (BENCHMARKS.md) and gives every ratio enough pairs for a 95 % interval.
-QUICK_BUDGET_S = 45.0
+# --quick: each launch measures at least `steps` rounds after its warm-up, then stops as
+# soon as every CC-on/CC-off ratio's 95 % interval is within ±QUICK_PRECISION, or when
+# QUICK_BUDGET_S seconds are spent. Launches whose rounds agree stop early and give their
+# time to the noisy ones, which keeps the whole sweep under 10 minutes on a quiet 2-core
+# machine (BENCHMARKS.md).
+QUICK_BUDGET_S = 60.0
+QUICK_PRECISION = 0.10
 QUICK = {"workloads": ["graphsage", "resnet50", "bert-base"], "world_sizes": [2, 3],
-         "schedules": ["naive", "pipelined"], "steps": 10, "warmup": 2, "budget_s": QUICK_BUDGET_S}
+         "schedules": ["naive", "pipelined"], "steps": 10, "warmup": 2, "budget_s": QUICK_BUDGET_S,
+         "precision": QUICK_PRECISION}
 # --quick keeps every architecture (so gradient bytes and bucket counts are the real ones)
 # but shrinks the per-rank batch, so a 2-core machine finishes the sweep in minutes.
 QUICK_SHAPES = {"graphsage": {"batch_size": 32}, "resnet50": {"batch_size": 2, "image_size": 112},
@@ -35,7 +39,8 @@ QUICK_SHAPES = {"graphsage": {"batch_size": 32}, "resnet50": {"batch_size": 2, "
 # The full study: 12 measured iterations per variant; models that do not fit in memory
 # together take turns in blocks of 2 (6 rounds, each with its own warm-up).
 FULL = {"workloads": ["graphsage", "resnet50", "resnet101", "bert-base", "bert-large", "gpt2-large", "gpt2-xl"],
-        "world_sizes": [2, 3, 4], "schedules": ["naive", "pipelined"], "steps": 12, "warmup": 2, "budget_s": None}
+        "world_sizes": [2, 3, 4], "schedules": ["naive", "pipelined"], "steps": 12, "warmup": 2, "budget_s": None,
+        "precision": None}
 FULL_BLOCK = 2
 
 
@@ -49,6 +54,7 @@ class Plan:
     size: str = "default"
     quick: bool = False
     budget_s: float | None = None
+    precision: float | None = None
 
     def overrides(self, workload: str) -> dict:
         return QUICK_SHAPES.get(workload, {}) if self.quick and self.size == "default" else {}
@@ -58,7 +64,8 @@ class Plan:
 
     def as_dict(self) -> dict:
         return {"workloads": self.workloads, "world_sizes": self.world_sizes, "schedules": self.schedules,
-                "steps": self.steps, "warmup": self.warmup, "budget_s": self.budget_s, "size": self.size,
+                "steps": self.steps, "warmup": self.warmup, "budget_s": self.budget_s,
+                "precision": self.precision, "size": self.size,
                 "quick": self.quick}
 
 
@@ -119,6 +126,8 @@ def train_args(plan: Plan, workload: str, json_path: str, timeout_s: float) -> l
             "--json", json_path, "--timeout", str(timeout_s)]
     if plan.budget_s:
         args += ["--budget", str(plan.budget_s)]
+        if plan.precision:
+            args += ["--precision", str(plan.precision)]
     for k, v in plan.overrides(workload).items():
         args += ["--" + k.replace("_", "-"), str(v)]
     return args

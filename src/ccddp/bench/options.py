@@ -96,6 +96,11 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="pick the number of measured iterations that fits this many seconds, timed "
                         "from the warm-up (default: exactly --steps)")
+    p.add_argument("--precision", type=float, default=None, metavar="FRACTION",
+                   help="with --cc off,on and --budget: stop measuring once every CC-on/CC-off ratio's "
+                        "95 %% interval is within this fraction of it (0.1: ±10 %%), after --steps "
+                        "rounds at least; --budget is then the most it measures (default: measure "
+                        "the whole budget)")
     p.add_argument("--warmup", type=int, default=2,
                    help="iterations per variant before measuring (DDP rebuilds its buckets in the "
                         "forward of iteration 1)")
@@ -131,6 +136,13 @@ def check(args: argparse.Namespace) -> list[Variant]:
         raise ConfigError("--steps must be >= 1 and --warmup >= 0")
     if args.budget is not None and args.budget <= 0:
         raise ConfigError("--budget must be a positive number of seconds")
+    if getattr(args, "precision", None) is not None:
+        if not 0 < args.precision < 1:
+            raise ConfigError(f"--precision is a fraction of the ratio between 0 and 1 (0.1 = ±10 %), "
+                              f"got {args.precision:g}")
+        if args.budget is None or not any(v.cc == "off" for v in variants) or len(variants) < 2:
+            raise ConfigError("--precision needs --budget (the most to measure) and --cc off,on "
+                              "(the ratios it watches)")
     if args.block < 1:
         raise ConfigError("--block must be >= 1")
     return variants

@@ -201,6 +201,26 @@ def measured_rounds(args: argparse.Namespace, round_seconds: float, group: Secur
     return max(args.steps, min(MAX_ROUNDS, int(args.budget / max(slowest, 1e-3))))
 
 
+def precise_enough(trainers: list[Trainer], precision: float, group: SecureGroup) -> bool:
+    """Whether every CC-on/CC-off ratio so far (rank 0's per-round times, as the report
+    pairs them) has a 95 % interval within ``precision`` of it; rank 0 decides for all.
+
+    Stopping on the interval's width makes the interval's coverage slightly less than
+    95 % (the width is looked at after every round); the least --steps rounds and the
+    budget's cap keep that small."""
+    decision = None
+    if dist.get_rank() == 0:
+        from ccddp.bench.stats import paired_ratio
+
+        def by_round(t: Trainer) -> dict[int, float]:
+            return {it["round"]: it["total_ms"] for it in t.iterations if not it["warmup"]}
+
+        off = next(t for t in trainers if t.variant.cc == "off")
+        widths = [paired_ratio(by_round(t), by_round(off)) for t in trainers if t.variant.cc == "on"]
+        decision = all(iv is not None and iv.known and iv.half_width <= precision for iv in widths)
+    return bool(gather_from_ranks(decision, group)[0])
+
+
 def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
                  group: SecureGroup) -> tuple[list[Trainer], dict]:
     """Every variant alive at once; each round runs one iteration of each, in turns."""
@@ -212,10 +232,15 @@ def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
         for t in trainers:
             t.step(step, None)
         last_round = time.perf_counter() - t0
-    rounds = measured_rounds(args, last_round, group) if args.warmup else args.steps
-    for r in range(rounds):
-        for t in in_turns(trainers, r):
-            t.step(args.warmup + r, r)
+    most = measured_rounds(args, last_round, group) if args.warmup else args.steps
+    rounds = 0
+    while rounds < most:
+        for t in in_turns(trainers, rounds):
+            t.step(args.warmup + rounds, rounds)
+        rounds += 1
+        if getattr(args, "precision", None) and rounds >= args.steps and rounds < most \
+                and precise_enough(trainers, args.precision, group):
+            break
     shas = {t.variant: t.finish() for t in trainers}
     return trainers, {"alternation": "iteration", "rounds": rounds, "block": 1, "param_sha256": shas}
 

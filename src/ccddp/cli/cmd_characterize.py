@@ -43,6 +43,10 @@ def register(sub) -> None:
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="measuring time per launch after its warm-up; picks the number of iterations "
                         f"(default: {both('budget_s', lambda v: f'{v:g} s' if v else 'none, exactly --steps')})")
+    p.add_argument("--precision", type=float, default=None, metavar="FRACTION",
+                   help="with a budget: stop a launch once every CC-on/CC-off ratio's 95 %% interval is "
+                        "within this fraction of it (0.1: ±10 %%), after the fewest iterations "
+                        f"(default: {both('precision', lambda v: f'{v:g}' if v else 'none, measure the whole budget')})")
     p.add_argument("--warmup", type=int, default=None, help=f"warm-up iterations per variant (default: {both('warmup')})")
     p.add_argument("--size", default="default", choices=["default", "tiny"],
                    help="tiny: the same models with a few layers, for a fast check")
@@ -77,13 +81,16 @@ def plan_from(args: argparse.Namespace):
         raise ConfigError("--steps must be >= 1 and --warmup >= 0")
     if budget is not None and (budget <= 0 or warmup < 1):
         raise ConfigError("--budget needs a positive number of seconds and --warmup >= 1 (the warm-up times it)")
-    return Plan(workloads, world_sizes, schedules, steps, warmup, args.size, args.quick, budget)
+    precision = args.precision if args.precision is not None else base["precision"]
+    if precision is not None and not (0 < precision < 1 and budget):
+        raise ConfigError("--precision is a fraction between 0 and 1 (0.1 = ±10 %) and needs a --budget")
+    return Plan(workloads, world_sizes, schedules, steps, warmup, args.size, args.quick, budget, precision)
 
 
 def group_line(data: dict, plan, workload: str, ws: int) -> str:
     """What one finished launch measured, in one line: each CC-on schedule over CC-off."""
     from ccddp.report.results import Results
-    from ccddp.report.stats import ratio_text
+    from ccddp.bench.stats import ratio_text
 
     res = Results(data)
     parts = []

@@ -33,7 +33,8 @@ def forwarded_args(args: argparse.Namespace, json_path: str) -> list[str]:
            "--timeout", str(args.timeout), "--json", json_path]
     for flag, value in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
                         ("--image-size", args.image_size), ("--dtype", args.dtype),
-                        ("--bucket-cap-mb", args.bucket_cap_mb), ("--budget", args.budget)):
+                        ("--bucket-cap-mb", args.bucket_cap_mb), ("--budget", args.budget),
+                        ("--precision", args.precision)):
         if value is not None:
             out += [flag, str(value)]
     return out
@@ -114,7 +115,7 @@ def _header(key: str) -> str:
 
 def _print_comparison(results: list[dict], head: str, phases: tuple[str, ...]) -> None:
     from ccddp.report.results import round_ms
-    from ccddp.report.stats import METHOD, median_interval, paired_ratio, ratio_text
+    from ccddp.bench.stats import METHOD, median_interval, paired_ratio, ratio_text
     from ccddp.report.tables import Col, print_rows
 
     def total(r: dict) -> str:

@@ -48,7 +48,7 @@ class CryptoCounters:
 
     def snapshot(self) -> dict:
         with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+            return {name: getattr(self, name) for name in _COUNTER_NAMES}
 
     def reset(self) -> None:
         with self._lock:
@@ -59,3 +59,7 @@ class CryptoCounters:
     @staticmethod
     def diff(after: dict, before: dict) -> dict:
         return {k: after[k] - before[k] for k in after}
+
+
+# The public counter fields, in declaration order (snapshot runs twice per collective).
+_COUNTER_NAMES = tuple(f.name for f in fields(CryptoCounters) if not f.name.startswith("_"))

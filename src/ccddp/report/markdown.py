@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from ccddp.report.crypto_ops import check_runs, mark
 from ccddp.report.figures import write_figures
 from ccddp.report.results import SCHEMA, Results
-from ccddp.report.stats import METHOD, Verdict, interval_text, ratio_text, verdict
+from ccddp.bench.stats import METHOD, Verdict, interval_text, ratio_text, verdict
 
 FIGURES_DIR = "figures"
 
@@ -161,7 +161,10 @@ def _rounds_text(res: Results) -> str:
     if not counts:
         return "the runs have no rounds (variants were not measured in turns)"
     span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    budget = res.config.get("budget_s")
+    budget, precision = res.config.get("budget_s"), res.config.get("precision")
+    if budget and precision:
+        return (f"{span} measured rounds per launch (after {res.config.get('steps', '?')}, stopped once every "
+                f"CC-on/CC-off interval was within ±{precision:.0%}, or at {budget:g} s)")
     return f"{span} measured rounds per launch" + (f" (as many as {budget:g} s held)" if budget else "")
 
 
@@ -179,6 +182,7 @@ def _machine(res: Results) -> list[str]:
              ["measured iterations per variant (fewest) / warm-up",
               f"{cfg.get('steps', '?')} / {cfg.get('warmup', '?')}"],
              ["measuring time per launch", f"{cfg['budget_s']:g} s" if cfg.get("budget_s") else "–"],
+             ["stop once every ratio is within", f"±{cfg['precision']:.0%}" if cfg.get("precision") else "–"],
              ["workload size preset", cfg.get("size")], ["quick", cfg.get("quick")],
              ["runs", f"{len(res.runs) - len(res.failed_runs)} ok, {len(res.failed_runs)} failed"]]
     return (["## Machine and versions", ""] + _table(["", ""], rows, "ll")
