@@ -21,7 +21,10 @@ import torch.distributed as dist
 
 import ccddp.backend  # noqa: F401
 from ccddp.comm import CommSettings, SecureGroup, all_reduce
-from ccddp.bench.stats import paired_ratio
+try:
+    from ccddp.bench.stats import paired_ratio
+except ImportError:  # a tree before the statistics moved (the before/after comparison runs one)
+    from ccddp.report.stats import paired_ratio
 
 
 def size_bytes(text: str) -> int:

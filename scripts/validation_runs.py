@@ -2,7 +2,10 @@
 
 Runs ``ccddp train --json`` for three workloads (graphsage, resnet50, bert-base, small
 per-rank shapes so a run takes seconds) at world sizes 2 and 4, CC-off and CC-on with the
-pipelined and the naive schedule, for ``--rounds`` rounds. Each run starts only when the
+pipelined and the naive schedule, for ``--rounds`` rounds. The three variants of a
+(workload, world size) take turns iteration by iteration in one launch (``--cc off,on``),
+so the machine's drift falls on all of them alike; ``--separate-launches`` runs each
+variant in its own launch instead (how the older sections of BENCHMARKS.md measured). Each run starts only when the
 machine is quiet (other processes below ``--quiet-below`` of the CPU over 3 s, waiting at
 most ``--max-wait-s``) and is redone, up to three attempts, when other processes took
 more than ``--keep-below`` of the CPU while it ran; the quietest attempt is kept and that
@@ -82,6 +85,8 @@ def main() -> int:
     ap.add_argument("--keep-below", type=float, default=0.08,
                     help="redo a run (3 attempts, the quietest kept) when other processes "
                          "took more than this share of the CPU while it ran")
+    ap.add_argument("--separate-launches", action="store_true",
+                    help="one launch per variant instead of the variants in turns in one launch")
     args = ap.parse_args()
     unknown = [w for w in args.workloads.split(",") if args.shapes == "quick" and w not in SHAPES]
     if unknown:
@@ -91,15 +96,18 @@ def main() -> int:
         for wl in args.workloads.split(","):
             shape = SHAPES[wl] if args.shapes == "quick" else []
             for ws in [int(w) for w in args.world_sizes.split(",")]:
-                for cc, sched in VARIANTS:
-                    name = f"{wl}__ws{ws}__cc-{cc}" + (f"__{sched}" if sched else "") + f"__r{rnd}"
+                launches = [(f"__cc-{cc}" + (f"__{sched}" if sched else ""), ["--cc", cc] +
+                             (["--schedule", sched] if sched else [])) for cc, sched in VARIANTS]
+                if not args.separate_launches:
+                    launches = [("__in-turns", ["--cc", "off,on", "--schedule", "pipelined,naive"])]
+                for suffix, variant_args in launches:
+                    name = f"{wl}__ws{ws}{suffix}__r{rnd}"
                     path = os.path.join(args.out, name + ".json")
                     if os.path.exists(path):
                         continue
                     cmd = [sys.executable, "-m", "ccddp.cli", "train", "--workload", wl, *shape,
-                           "--world-size", str(ws),
-                           "--cc", cc, "--steps", str(args.steps), "--warmup", "2",
-                           "--json", path + ".tmp"] + (["--schedule", sched] if sched else [])
+                           "--world-size", str(ws), *variant_args, "--steps", str(args.steps), "--warmup", "2",
+                           "--json", path + ".tmp"]
                     best = None
                     for attempt in range(3):
                         wait_quiet(args.quiet_below, args.max_wait_s)
@@ -113,8 +121,9 @@ def main() -> int:
                         with open(path + ".tmp") as f:
                             run = json.load(f)
                         os.remove(path + ".tmp")
-                        run["measure_other_cpu"] = other
-                        run["measure_loadavg"] = load
+                        for r in [run] + run.get("runs", []):  # a launch in turns: on each variant too
+                            r["measure_other_cpu"] = other
+                            r["measure_loadavg"] = load
                         if best is None or other < best["measure_other_cpu"]:
                             best = run
                         if other <= args.keep_below:
