@@ -51,7 +51,7 @@ def test_an_op_nobody_claims_is_started_by_the_poll(queue):
     log = []
     t = queue.submit(_recorder(log, "a"), result=None)
     # Nothing asks for it: the worker's idle poll starts it.
-    assert t.done.wait(UNCLAIMED_START_S * 40)
+    assert t.wait_finished(UNCLAIMED_START_S * 40)
     assert log == ["a"] and t.thread == "test-queue"
 
 

@@ -5,7 +5,7 @@
 cd "$(dirname "$0")/../../.."
 OLD=${OLD:-/tmp/old348}
 export CCDDP_GROUP_SECRET=$(python -c 'import os;print(os.urandom(32).hex())')
-for r in 1 2; do
+for r in 1 2 3; do
   for v in old new; do
     src=$PWD/src; [ $v = old ] && src=$OLD/src
     PYTHONPATH=$src TORCH_DEVICE_BACKEND_AUTOLOAD=0 torchrun --nproc-per-node 2 scripts/backend_overhead.py \

@@ -44,12 +44,18 @@ from ccddp.errors import ConfigError
 _eager = torch.compiler.disable
 
 
+# torch's reduction types to ccddp's (PREMUL_SUM, NCCL's pre-multiplied sum, has none).
+_REDUCTIONS = {getattr(dist.ReduceOp.RedOpType, r.name): r for r in Reduction}
+
+
 def _reduction(opts, what: str) -> Reduction:
     op = getattr(opts, "reduceOp", None)
-    name = op.op.name if op is not None else "SUM"
-    if name == "PREMUL_SUM":
-        raise ConfigError(f"{what}: PREMUL_SUM (NCCL's pre-multiplied sum) is not supported by the ccddp backend")
-    return Reduction[name]
+    if op is None:
+        return Reduction.SUM
+    red = _REDUCTIONS.get(op.op)
+    if red is None:
+        raise ConfigError(f"{what}: {op.op.name} (NCCL's pre-multiplied sum) is not supported by the ccddp backend")
+    return red
 
 
 def _check(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -123,11 +129,11 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
         self.settings = settings
         self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}")
+        # c10d operations issued on this group, by name (what a test or a user can check).
+        self.calls: dict[str, int] = {}
+        self._lock = threading.Lock()
         self._group_name = group_id
         self._group_desc = ""
-        self._lock = threading.Lock()
-        self.calls: dict[str, int] = {}
-        self._op_counters: dict[str, dict] = {}
         # The c10d operation the op queue is running (None between ops): for diagnostics.
         self.current_op: str | None = None
 
@@ -150,29 +156,18 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     def __repr__(self) -> str:
         return f"ProcessGroupCCDDP(rank={self.rank()}, size={self.size()}, name={self._group_name!r})"
 
-    # -- bookkeeping -----------------------------------------------------------------
-    def op_counters(self) -> dict[str, dict]:
-        """Crypto counters of this rank per c10d operation name (seals, opens, bytes, time)."""
-        with self._lock:
-            return {op: dict(c) for op, c in self._op_counters.items()}
-
+    # -- queueing --------------------------------------------------------------------
     def _submit(self, op: str, job: Callable[[], None], result) -> CollectiveWork:
+        # Kept short: a synchronous call pays all of it on top of the sealed collective.
         with self._lock:
             self.calls[op] = self.calls.get(op, 0) + 1
-        counters = self.secure_group.counters
 
         def run() -> None:
-            before = counters.snapshot()
             self.current_op = op
             try:
                 job()
             finally:
                 self.current_op = None
-            after = counters.snapshot()
-            with self._lock:
-                acc = self._op_counters.setdefault(op, dict.fromkeys(after, 0))
-                for k, v in after.items():
-                    acc[k] += v - before[k]
 
         return CollectiveWork(self.queue, self.queue.submit(run, result), op)
 

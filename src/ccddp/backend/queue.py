@@ -56,16 +56,32 @@ class TicketState(enum.Enum):
 
 
 class Ticket:
-    """One submitted op: its job, its state, and an event set as soon as the op has run."""
+    """One submitted op: its job, its state, and a latch released as soon as the op has run."""
 
     def __init__(self, job: Callable[[], None], result) -> None:
         self.job = job
         self.result = result
         self.state = TicketState.QUEUED
         self.future: torch.futures.Future | None = None  # made by OpQueue.future
-        self.done = threading.Event()
         self.error: BaseException | None = None
         self.thread: str | None = None  # the name of the thread that ran it (diagnostics, tests)
+        # A held lock, released when the op has run: a waiter takes and returns it. (An
+        # Event costs a Condition and a lock per op; every synchronous call pays for it.)
+        self._latch = threading.Lock()
+        self._latch.acquire()
+
+    @property
+    def finished(self) -> bool:
+        return self.state is TicketState.DONE
+
+    def wait_finished(self, timeout_s: float | None = None) -> bool:
+        """Block until the op has run (False after ``timeout_s``)."""
+        if self.state is TicketState.DONE:
+            return True
+        if not self._latch.acquire(timeout=-1 if timeout_s is None else max(0.0, timeout_s)):
+            return False
+        self._latch.release()
+        return True
 
 
 def _complete(future: torch.futures.Future, ticket: Ticket) -> None:
@@ -112,9 +128,9 @@ class OpQueue:
         failed. Without a timeout, an op that is next in line while none runs is run here."""
         if timeout_s is None and self._take(ticket):
             self._run(ticket)
-        elif not ticket.done.is_set():
+        elif not ticket.finished:
             self.start(ticket)
-        if not ticket.done.wait(timeout_s):
+        if not ticket.wait_finished(timeout_s):
             return False
         if ticket.error is not None:
             raise ticket.error
@@ -160,7 +176,7 @@ class OpQueue:
             if self._pending:  # the worker runs what queued up behind this op
                 self._cond.notify()
             future = ticket.future
-        ticket.done.set()
+        ticket._latch.release()
         if future is not None:
             self._completer.submit(_complete, future, ticket)
 

@@ -52,7 +52,7 @@ class CollectiveWork(dist.Work):
         return self._queue.future(self._ticket)
 
     def is_completed(self) -> bool:
-        if self._ticket.done.is_set():
+        if self._ticket.finished:
             return True
         self._queue.start(self._ticket)  # polled, not waited for: the worker runs it
         return False

@@ -41,7 +41,8 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help=f"measured iterations per variant; with --budget, the fewest (default: {both('steps')})")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="measuring time per launch after its warm-up; picks the number of iterations "
+                   help="the most measuring time per launch after its warm-up (it picks the number of "
+                        "iterations; with --precision a launch can stop sooner) "
                         f"(default: {both('budget_s', lambda v: f'{v:g} s' if v else 'none, exactly --steps')})")
     p.add_argument("--precision", type=float, default=None, metavar="FRACTION",
                    help="with a budget: stop a launch once every CC-on/CC-off ratio's 95 %% interval is "
