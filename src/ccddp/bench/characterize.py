@@ -25,7 +25,7 @@ SCHEMA = "ccddp.characterize/1"
 # QUICK_BUDGET_S seconds are spent. Launches whose rounds agree stop early and give their
 # time to the noisy ones, which keeps the whole sweep under 10 minutes on a quiet 2-core
 # machine (BENCHMARKS.md).
-QUICK_BUDGET_S = 60.0
+QUICK_BUDGET_S = 90.0
 QUICK_PRECISION = 0.10
 QUICK = {"workloads": ["graphsage", "resnet50", "bert-base"], "world_sizes": [2, 3],
          "schedules": ["naive", "pipelined"], "steps": 10, "warmup": 2, "budget_s": QUICK_BUDGET_S,
