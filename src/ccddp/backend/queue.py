@@ -83,6 +83,10 @@ class Ticket:
         self._latch.release()
         return True
 
+    def mark_finished(self) -> None:
+        """Release every waiter (once ``state`` is DONE)."""
+        self._latch.release()
+
 
 def _complete(future: torch.futures.Future, ticket: Ticket) -> None:
     if ticket.error is not None:
@@ -118,6 +122,9 @@ class OpQueue:
     def start(self, ticket: Ticket) -> None:
         """Have the worker run ``ticket`` (and what is queued before it) without waiting
         for anyone to claim it."""
+        self._wake_for(ticket)
+
+    def _wake_for(self, ticket: Ticket) -> None:
         with self._cond:
             if ticket.state is TicketState.QUEUED:
                 self._cond.notify()
@@ -129,7 +136,7 @@ class OpQueue:
         if timeout_s is None and self._take(ticket):
             self._run(ticket)
         elif not ticket.finished:
-            self.start(ticket)
+            self._wake_for(ticket)
         if not ticket.wait_finished(timeout_s):
             return False
         if ticket.error is not None:
@@ -144,9 +151,9 @@ class OpQueue:
             if ticket.future is not None:
                 return ticket.future
             ticket.future = torch.futures.Future()
+            if ticket.state is TicketState.QUEUED:
+                self._cond.notify()
             if ticket.state is not TicketState.DONE:
-                if ticket.state is TicketState.QUEUED:
-                    self._cond.notify()
                 return ticket.future  # _run completes it
         _complete(ticket.future, ticket)
         return ticket.future
@@ -156,10 +163,15 @@ class OpQueue:
         with self._cond:
             if self._running or not self._pending or self._pending[0] is not ticket:
                 return False
-            self._pending.popleft()
-            self._running = True
-            ticket.state = TicketState.RUNNING
+            self._claim_next()
             return True
+
+    def _claim_next(self) -> Ticket:
+        """Pop the next op and mark it running (the caller holds ``_cond``)."""
+        ticket = self._pending.popleft()
+        self._running = True
+        ticket.state = TicketState.RUNNING
+        return ticket
 
     def _run(self, ticket: Ticket) -> None:
         ticket.thread = threading.current_thread().name
@@ -176,7 +188,7 @@ class OpQueue:
             if self._pending:  # the worker runs what queued up behind this op
                 self._cond.notify()
             future = ticket.future
-        ticket._latch.release()
+        ticket.mark_finished()
         if future is not None:
             self._completer.submit(_complete, future, ticket)
 
@@ -187,9 +199,7 @@ class OpQueue:
                     if self._closed and not self._pending:
                         return
                     self._cond.wait(UNCLAIMED_START_S)
-                ticket = self._pending.popleft()
-                self._running = True
-                ticket.state = TicketState.RUNNING
+                ticket = self._claim_next()
             self._run(ticket)
 
     @property

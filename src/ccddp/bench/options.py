@@ -136,7 +136,7 @@ def check(args: argparse.Namespace) -> list[Variant]:
         raise ConfigError("--steps must be >= 1 and --warmup >= 0")
     if args.budget is not None and args.budget <= 0:
         raise ConfigError("--budget must be a positive number of seconds")
-    if getattr(args, "precision", None) is not None:
+    if args.precision is not None:
         if not 0 < args.precision < 1:
             raise ConfigError(f"--precision is a fraction of the ratio between 0 and 1 (0.1 = ±10 %), "
                               f"got {args.precision:g}")

@@ -238,7 +238,7 @@ def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
         for t in in_turns(trainers, rounds):
             t.step(args.warmup + rounds, rounds)
         rounds += 1
-        if getattr(args, "precision", None) and rounds >= args.steps and rounds < most \
+        if args.precision and rounds >= args.steps and rounds < most \
                 and precise_enough(trainers, args.precision, group):
             break
     shas = {t.variant: t.finish() for t in trainers}
