@@ -24,7 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -45,23 +44,31 @@ _eager = torch.compiler.disable
 
 
 # torch's reduction types to ccddp's (PREMUL_SUM, NCCL's pre-multiplied sum, has none).
-_REDUCTIONS = {getattr(dist.ReduceOp.RedOpType, r.name): r for r in Reduction}
+_REDUCTIONS = {r.value: red for r, red in ((getattr(dist.ReduceOp.RedOpType, red.name), red) for red in Reduction)}
+# (dtype, torch reduction) pairs already checked: a synchronous call pays for every check
+# on top of its sealed op, so each pair is checked once.
+_CHECKED: dict[tuple[torch.dtype, int], Reduction] = {}
 
 
-def _reduction(opts, what: str) -> Reduction:
-    op = getattr(opts, "reduceOp", None)
-    if op is None:
-        return Reduction.SUM
-    red = _REDUCTIONS.get(op.op)
+def _reduction(opts, dtype: torch.dtype, what: str) -> Reduction:
+    """ccddp's reduction for torch's ``opts.reduceOp``, checked against ``dtype``."""
+    op = opts.reduceOp.op.value if opts is not None else dist.ReduceOp.RedOpType.SUM.value
+    red = _CHECKED.get((dtype, op))
+    if red is not None:
+        return red
+    red = _REDUCTIONS.get(op)
     if red is None:
-        raise ConfigError(f"{what}: {op.op.name} (NCCL's pre-multiplied sum) is not supported by the ccddp backend")
+        raise ConfigError(f"{what}: {opts.reduceOp.op.name} (NCCL's pre-multiplied sum) is not supported by "
+                          "the ccddp backend")
+    red.check(dtype, what)
+    _CHECKED[(dtype, op)] = red
     return red
 
 
 def _check(t: torch.Tensor, what: str) -> torch.Tensor:
     if t.layout != torch.strided:
         raise ConfigError(f"{what}: {t.layout} tensors are not supported by the ccddp backend (dense CPU tensors only)")
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise ConfigError(f"{what}: the ccddp backend seals CPU tensors, got one on {t.device}")
     return t
 
@@ -72,10 +79,14 @@ def _one(tensors: list[torch.Tensor], what: str) -> torch.Tensor:
     return _check(tensors[0], what)
 
 
+def _nothing() -> None:
+    pass
+
+
 def _staged(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
     """A contiguous tensor to work in, and what copies it back into ``t`` afterwards."""
     if t.is_contiguous():
-        return t, lambda: None
+        return t, _nothing
     buf = t.contiguous()
     return buf, lambda: t.copy_(buf)
 
@@ -129,13 +140,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
         self.settings = settings
         self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}")
-        # c10d operations issued on this group, by name (what a test or a user can check).
-        self.calls: dict[str, int] = {}
-        self._lock = threading.Lock()
         self._group_name = group_id
         self._group_desc = ""
-        # The c10d operation the op queue is running (None between ops): for diagnostics.
-        self.current_op: str | None = None
 
     # -- identity --------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -158,18 +164,18 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
     # -- queueing --------------------------------------------------------------------
     def _submit(self, op: str, job: Callable[[], None], result) -> CollectiveWork:
-        # Kept short: a synchronous call pays all of it on top of the sealed collective.
-        with self._lock:
-            self.calls[op] = self.calls.get(op, 0) + 1
+        return CollectiveWork(self.queue, self.queue.submit(job, result, op), op)
 
-        def run() -> None:
-            self.current_op = op
-            try:
-                job()
-            finally:
-                self.current_op = None
+    @property
+    def calls(self) -> dict[str, int]:
+        """How many c10d operations of each name were issued on this group."""
+        return dict(self.queue.submitted)
 
-        return CollectiveWork(self.queue, self.queue.submit(run, result), op)
+    @property
+    def current_op(self) -> str | None:
+        """The c10d operation this group's op queue is running (None between ops)."""
+        running = self.queue.running
+        return running.op if running is not None else None
 
     def call(self, fn: Callable[[SecureGroup], object]):
         """``fn(secure_group)`` run on this group's op queue, in order with its collectives
@@ -187,8 +193,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     @_eager
     def allreduce(self, tensors, opts=None):
         t = _one(tensors, "all_reduce")
-        red = _reduction(opts, "all_reduce")
-        red.check(t.dtype, "all_reduce")
+        red = _reduction(opts, t.dtype, "all_reduce")
         buf, back = _staged(t)
 
         def job() -> None:
@@ -199,10 +204,9 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
     @_eager
     def allreduce_coalesced(self, tensors, opts=None):
-        red = _reduction(opts, "all_reduce_coalesced")
+        red = Reduction.SUM  # (no tensors: nothing to reduce)
         for t in tensors:
-            _check(t, "all_reduce_coalesced")
-            red.check(t.dtype, "all_reduce_coalesced")
+            red = _reduction(opts, _check(t, "all_reduce_coalesced").dtype, "all_reduce_coalesced")
 
         def job() -> None:
             by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
@@ -219,8 +223,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     @_eager
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "reduce")
-        red = _reduction(opts, "reduce")
-        red.check(t.dtype, "reduce")
+        red = _reduction(opts, t.dtype, "reduce")
         root = opts.rootRank if opts is not None else 0
         is_root = root == self.rank()
 
@@ -312,8 +315,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     @_eager
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         out = _one(output_tensors, "reduce_scatter")
-        red = _reduction(opts, "reduce_scatter")
-        red.check(out.dtype, "reduce_scatter")
+        red = _reduction(opts, out.dtype, "reduce_scatter")
         if len(input_lists) != 1 or len(input_lists[0]) != self.size():
             raise ConfigError(f"reduce_scatter: need one list of {self.size()} input tensors")
         ins = [_check(x, "reduce_scatter") for x in input_lists[0]]
@@ -330,8 +332,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
     def _scatter_flat_job(self, output: torch.Tensor, input: torch.Tensor, opts, what: str) -> Callable[[], None]:
         _check(output, what), _check(input, what)
-        red = _reduction(opts, what)
-        red.check(output.dtype, what)
+        red = _reduction(opts, output.dtype, what)
         if input.numel() != self.size() * output.numel() or output.dtype != input.dtype:
             raise ConfigError(f"{what}: input must hold world_size x output elements of the output's dtype "
                               f"({input.numel()} {input.dtype} vs {self.size()} x {output.numel()} {output.dtype})")

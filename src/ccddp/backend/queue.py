@@ -56,36 +56,25 @@ class TicketState(enum.Enum):
 
 
 class Ticket:
-    """One submitted op: its job, its state, and a latch released as soon as the op has run."""
+    """One submitted op: what it is, its job, its state, and (made only when a thread must
+    block on it) a latch released once the op has run."""
 
-    def __init__(self, job: Callable[[], None], result) -> None:
+    def __init__(self, job: Callable[[], None], result, op: str) -> None:
         self.job = job
         self.result = result
+        self.op = op
         self.state = TicketState.QUEUED
         self.future: torch.futures.Future | None = None  # made by OpQueue.future
         self.error: BaseException | None = None
         self.thread: str | None = None  # the name of the thread that ran it (diagnostics, tests)
-        # A held lock, released when the op has run: a waiter takes and returns it. (An
-        # Event costs a Condition and a lock per op; every synchronous call pays for it.)
-        self._latch = threading.Lock()
-        self._latch.acquire()
+        # A held lock that a blocked waiter takes and returns; made by the first waiter that
+        # must block, under the queue's lock. A synchronous call runs its op itself and
+        # never blocks: it pays for no lock.
+        self.latch: threading.Lock | None = None
 
     @property
     def finished(self) -> bool:
         return self.state is TicketState.DONE
-
-    def wait_finished(self, timeout_s: float | None = None) -> bool:
-        """Block until the op has run (False after ``timeout_s``)."""
-        if self.state is TicketState.DONE:
-            return True
-        if not self._latch.acquire(timeout=-1 if timeout_s is None else max(0.0, timeout_s)):
-            return False
-        self._latch.release()
-        return True
-
-    def mark_finished(self) -> None:
-        """Release every waiter (once ``state`` is DONE)."""
-        self._latch.release()
 
 
 def _complete(future: torch.futures.Future, ticket: Ticket) -> None:
@@ -98,7 +87,10 @@ def _complete(future: torch.futures.Future, ticket: Ticket) -> None:
 class OpQueue:
     def __init__(self, name: str) -> None:
         self._pending: collections.deque[Ticket] = collections.deque()
-        self._running = False  # an op is being run (by the worker or by a waiting caller)
+        # The op being run (by the worker or by a waiting caller), if any, and how many ops
+        # of each name were submitted: diagnostics and tests read them.
+        self.running: Ticket | None = None
+        self.submitted: collections.Counter[str] = collections.Counter()
         self._closed = False
         self._cond = threading.Condition()
         self._failure: BaseException | None = None
@@ -107,24 +99,22 @@ class OpQueue:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, job: Callable[[], None], result) -> Ticket:
+    def submit(self, job: Callable[[], None], result, op: str = "op") -> Ticket:
         """Queue ``job`` to run after every op submitted before it; ``result`` is what the
-        ticket's future then holds."""
-        ticket = Ticket(job, result)
+        ticket's future then holds, ``op`` what it is called in diagnostics."""
+        ticket = Ticket(job, result, op)
         with self._cond:
             # An op still queued in front of this one was not waited for: start it.
             if self._pending:
                 self._cond.notify()
             self._pending.append(ticket)
+            self.submitted[op] += 1
         return ticket
 
     @_eager
     def start(self, ticket: Ticket) -> None:
         """Have the worker run ``ticket`` (and what is queued before it) without waiting
         for anyone to claim it."""
-        self._wake_for(ticket)
-
-    def _wake_for(self, ticket: Ticket) -> None:
         with self._cond:
             if ticket.state is TicketState.QUEUED:
                 self._cond.notify()
@@ -135,12 +125,25 @@ class OpQueue:
         failed. Without a timeout, an op that is next in line while none runs is run here."""
         if timeout_s is None and self._take(ticket):
             self._run(ticket)
-        elif not ticket.finished:
-            self._wake_for(ticket)
-        if not ticket.wait_finished(timeout_s):
+        elif not self._block_until_run(ticket, timeout_s):
             return False
         if ticket.error is not None:
             raise ticket.error
+        return True
+
+    def _block_until_run(self, ticket: Ticket, timeout_s: float | None) -> bool:
+        with self._cond:
+            if ticket.state is TicketState.DONE:
+                return True
+            if ticket.state is TicketState.QUEUED:
+                self._cond.notify()  # not next, or waited for with a timeout: the worker runs it
+            if ticket.latch is None:
+                ticket.latch = threading.Lock()
+                ticket.latch.acquire()
+            latch = ticket.latch
+        if not latch.acquire(timeout=-1 if timeout_s is None else max(0.0, timeout_s)):
+            return False
+        latch.release()
         return True
 
     @_eager
@@ -161,7 +164,7 @@ class OpQueue:
     def _take(self, ticket: Ticket) -> bool:
         """Claim ``ticket`` for the calling thread if it is next and nothing runs."""
         with self._cond:
-            if self._running or not self._pending or self._pending[0] is not ticket:
+            if self.running is not None or not self._pending or self._pending[0] is not ticket:
                 return False
             self._claim_next()
             return True
@@ -169,7 +172,7 @@ class OpQueue:
     def _claim_next(self) -> Ticket:
         """Pop the next op and mark it running (the caller holds ``_cond``)."""
         ticket = self._pending.popleft()
-        self._running = True
+        self.running = ticket
         ticket.state = TicketState.RUNNING
         return ticket
 
@@ -184,18 +187,19 @@ class OpQueue:
         ticket.job = None  # drop the closure (and the tensors it holds) once run
         with self._cond:
             ticket.state = TicketState.DONE
-            self._running = False
+            self.running = None
             if self._pending:  # the worker runs what queued up behind this op
                 self._cond.notify()
-            future = ticket.future
-        ticket.mark_finished()
+            future, latch = ticket.future, ticket.latch
+        if latch is not None:
+            latch.release()
         if future is not None:
             self._completer.submit(_complete, future, ticket)
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while self._running or not self._pending:
+                while self.running is not None or not self._pending:
                     if self._closed and not self._pending:
                         return
                     self._cond.wait(UNCLAIMED_START_S)
