@@ -36,6 +36,7 @@ def test_a_waited_op_runs_on_the_waiting_thread(queue):
     t = queue.submit(_recorder(log, "a"), result=["a"])
     assert queue.wait(t)
     assert log == ["a"] and t.thread == threading.current_thread().name
+    assert t.latch is None  # nobody blocked on it: no lock was made
     assert queue.future(t).wait() == ["a"]  # asked for afterwards: already complete
 
 
