@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import statistics
 
@@ -20,14 +21,15 @@ from ccddp.bench.stats import hodges_lehmann_interval, paired_ratio
 
 
 def launches(paths: list[str]) -> dict[str, dict[str, float]]:
-    """{size: {round: ratio}}; the round is the ``-rN-`` part of each file's name."""
+    """{size: {launch: ratio}}; a launch is named by its folder and the ``-rN-`` round in
+    its file's name, so two variants' launches pair up by folder and round."""
     out: dict[str, dict[str, float]] = {}
     for path in paths:
         m = re.search(r"-r(\d+)-", path)
         if m is None:
             raise SystemExit(f"{path}: no -rN- round in the file name")
         for row in json.load(open(path))["rows"]:
-            out.setdefault(row["size"], {})[m.group(1)] = row["ratio"]
+            out.setdefault(row["size"], {})[f"{os.path.dirname(path)}/r{m.group(1)}"] = row["ratio"]
     return out
 
 
