@@ -44,7 +44,7 @@ _eager = torch.compiler.disable
 
 
 # torch's reduction types to ccddp's (PREMUL_SUM, NCCL's pre-multiplied sum, has none).
-_REDUCTIONS = {r.value: red for r, red in ((getattr(dist.ReduceOp.RedOpType, red.name), red) for red in Reduction)}
+_REDUCTIONS = {getattr(dist.ReduceOp.RedOpType, red.name).value: red for red in Reduction}
 # (dtype, torch reduction) pairs already checked: a synchronous call pays for every check
 # on top of its sealed op, so each pair is checked once.
 _CHECKED: dict[tuple[torch.dtype, int], Reduction] = {}
