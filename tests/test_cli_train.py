@@ -124,6 +124,12 @@ def test_cc_off_and_on_take_turns_in_one_launch_and_print_paired_ratios(tmp_path
     for run in runs.values():
         assert [it["round"] for it in run["iterations"]] == [None] + list(range(6))
         assert run["steps"] == 6
+        # CPU time from backward's start to the last bucket: the training thread's is part
+        # of its process's, and neither exceeds what the process could use in that window.
+        for it in run["iterations"]:
+            window = it["backward_ms"] + it["exposed_comm_ms"]
+            assert 0 < it["backward_main_cpu_ms"] <= it["backward_process_cpu_ms"] + 1.0
+            assert it["backward_main_cpu_ms"] <= window + 1.0
     for rnd in range(6):
         order = sorted(runs, key=lambda v: next(it["start_ms"] for it in runs[v]["iterations"] if it["round"] == rnd))
         assert order == list(runs)[rnd % 3:] + list(runs)[:rnd % 3], (rnd, order)

@@ -74,6 +74,48 @@ def test_backward_is_compute_without_the_models_cc_off_contention():
     assert V.workload_from_run(off, HW).backward_ms == pytest.approx(wl.backward_ms)
 
 
+def test_backward_core_work_is_the_training_threads_cpu_time_on_shared_cores():
+    from ccddp.sim.rates import compute_factor
+
+    off = run("off", n=4)
+    assert V.workload_from_run(off, HW).backward_core_ms is None      # not recorded
+    off["summary"]["backward_main_cpu_ms"] = 50.0
+    wl = V.workload_from_run(off, HW)
+    # 4 ranks on the profile's cores: a CPU-millisecond of each takes longer on the wall.
+    assert compute_factor(HW, 4) > 1
+    assert wl.backward_core_ms == pytest.approx(50.0 * compute_factor(HW, 4))
+    assert wl.backward_core_ms < wl.backward_ms
+    # Never more than the backward it is part of.
+    off["summary"]["backward_main_cpu_ms"] = 10_000.0
+    wl = V.workload_from_run(off, HW)
+    assert wl.backward_core_ms == wl.backward_ms
+
+
+def test_cc_on_collectives_run_in_the_cc_off_wait_on_shared_cores():
+    """A rank that waited for its peers in the CC-off run leaves that time to the CC-on
+    run's crypto: less predicted, never below the work the cores must do."""
+    from dataclasses import replace
+
+    from ccddp.sim import run_iteration
+
+    off = run("off", n=4)
+    off["summary"]["exposed_comm_ms"] = 300.0        # a long wait for the slowest peer
+    waited = V.workload_from_run(off, HW)
+    sched = Schedule("pipelined", segment_bytes=4 * MIB, chains=1)
+    before = run_iteration(HW, waited, sched, 4, cc=True)
+    off["summary"]["backward_main_cpu_ms"] = 50.0
+    core = V.workload_from_run(off, HW)
+    after = run_iteration(HW, core, sched, 4, cc=True)
+    assert after.total_ms < before.total_ms
+    assert after.total_ms >= before.total_ms - (waited.backward_ms - core.backward_core_ms) - 1e-9
+    # CC off, the wait is still waited: its prediction is the same.
+    assert run_iteration(HW, core, sched, 4, cc=False).total_ms == pytest.approx(
+        run_iteration(HW, waited, sched, 4, cc=False).total_ms)
+    # All of the backward core work: the same as not knowing.
+    full = replace(core, backward_core_ms=core.backward_ms)
+    assert run_iteration(HW, full, sched, 4, cc=True).total_ms == pytest.approx(before.total_ms)
+
+
 def test_errors_and_ratios_are_computed_from_the_prediction():
     off, on = run("off", total=700.0), run("on", total=1000.0)
     row = V.compare(HW, off, on)
@@ -95,6 +137,52 @@ def test_errors_and_ratios_are_computed_from_the_prediction():
     # 25 % too slow fails on time.
     r3 = V.compare(HW, off_exact, run("on", total=expect["cc_on_ms"] / 1.25))
     assert r3["cc_on_error"] == pytest.approx(0.25) and not r3["pass_time"]
+
+
+def in_turns(levels: list[float], on_over_off: list[float], launch: str = "L1") -> tuple[dict, dict]:
+    """A CC-off and a CC-on run measured in turns in one launch: round k's CC-off
+    iteration totals ``levels[k]``, its CC-on iteration ``on_over_off[k]`` times that."""
+    off, on = run("off"), run("on")
+    for r in (off, on):
+        r["pairing"] = {"launch": launch, "alternation": "iteration"}
+    off["iterations"] = [step(k, total=t, round=k) for k, t in enumerate(levels)]
+    on["iterations"] = [step(k, total=t * f, round=k) for k, (t, f) in
+                        enumerate(zip(levels, on_over_off))]
+    return off, on
+
+
+def test_rounds_taken_in_turns_are_compared_pair_by_pair():
+    """The machine drifts between rounds (two launch levels here); each round's CC-on
+    iteration is compared with the prediction from that round's CC-off iteration."""
+    off, on = in_turns([1000.0] * 4 + [1300.0] * 4, [1.2] * 8)
+    rounds = V.launch_rounds([off], [on])
+    assert sorted(rounds) == [("L1", k) for k in range(8)]
+    assert all(len(idx) == 1 and len(ons) == 1 for idx, ons in rounds.values())
+    row = V.compare(HW, off, on)
+    assert row["comparison"] == "paired by round" and row["paired"]["rounds"] == 8
+    assert row["measured_ratio"] == pytest.approx(1.2)
+    # Every CC-off iteration has the same phases, so each round predicts the same time.
+    wl = V.workloads_from_run(off, HW)[0]
+    p = predict(HW, wl, Schedule("pipelined", segment_bytes=4 * MIB, chains=1), 2)
+    per_round = [p["cc_on_ms"] / (t * 1.2) for t in [1000.0] * 4 + [1300.0] * 4]
+    # Hodges-Lehmann on the log scale of 4 + 4 equal values: the geometric mean.
+    import math
+    assert row["cc_on_error"] == pytest.approx(math.sqrt(per_round[0] * per_round[4]) - 1)
+    lo, hi = row["paired"]["cc_on_error_interval"]
+    assert lo <= row["cc_on_error"] <= hi
+    assert row["pooled"]["cc_on_error"] != pytest.approx(row["cc_on_error"])
+    # The ratio error does not depend on the level of the round.
+    assert row["ratio_error"] == pytest.approx(p["cc_on_ms"] / p["cc_off_ms"] / 1.2 - 1)
+
+
+def test_runs_of_other_launches_or_without_rounds_fall_back_to_pooled_medians():
+    off, on = in_turns([1000.0] * 6, [1.1] * 6)
+    other_off, _ = in_turns([1000.0] * 6, [1.1] * 6, launch="L2")
+    assert V.launch_rounds([other_off], [on]) is None           # its CC-off is elsewhere
+    assert V.compare(HW, other_off, on)["comparison"] == "pooled medians"
+    on["iterations"][2]["round"] = None
+    assert V.launch_rounds([off], [on]) is None
+    assert V.compare(HW, off, on)["paired"] is None
 
 
 def test_each_measured_iteration_is_predicted_and_the_medians_compared():
@@ -198,14 +286,16 @@ def test_validate_cli_table_and_json(tmp_path, capsys):
     assert main(["validate", "--profile", "local", "--measured", str(d), "--json", str(out),
                  "--markdown", str(md)]) == 0
     table = md.read_text().splitlines()
-    assert table[0].startswith("| workload |") and len(table) == 4
+    assert table[0].startswith("| workload |") and len(table) == 6
+    assert table[3].endswith("| pooled | no (time) |") and "Hodges-Lehmann" in table[5]
     text = capsys.readouterr().out
     assert "resnet50" in text and "pred. on ms" in text and "ratio error" in text
     data = json.loads(out.read_text())
     assert data["schema"] == "ccddp.validate/1" and len(data["rows"]) == 2
     assert data["verdict"]["rows"] == 2 and not data["verdict"]["accepted"]
     assert data["profile"]["mac_gbps"] == "inf"          # strict JSON, no Infinity
-    for r in data["rows"]:
+    for r in data["rows"]:           # separate launches: pooled medians decide
+        assert r["comparison"] == "pooled medians" and r["paired"] is None
         assert r["cc_on_error"] == pytest.approx(r["predicted_cc_on_ms"]
                                                  / r["measured_cc_on_ms"] - 1)
         assert set(r["predicted_phases_cc_on"]) == set(r["measured_phases_cc_on"])

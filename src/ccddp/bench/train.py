@@ -4,6 +4,11 @@ Per iteration and rank: data (synthetic batch), bounce (sealing/opening the batc
 a plain staging copy, CC-off), forward (including the secure buffer broadcast), backward
 compute (until the last bucket is handed to communication), exposed communication (from
 then until backward returns with every bucket reduced), optimizer, and crypto busy time.
+From backward's start until every bucket is reduced, each iteration also records the CPU
+time of the rank's training thread (``backward_main_cpu_ms``: autograd's CPU backward and
+DDP's bucket copies run in it) and of its whole process (``backward_process_cpu_ms``: with the
+collectives' and crypto threads): on cores the ranks share, what the backward leaves of its
+wall time is waiting, which the collectives' work can fill (``ccddp validate`` reads it).
 
 Variants compared in one launch (``--cc off,on``) take turns: one iteration each, every
 variant's model in memory at once, or -- when the models do not fit together -- a block of
@@ -131,6 +136,8 @@ class Trainer:
         t2 = time.perf_counter()
         loss = wl.loss(model, batch)
         t3 = time.perf_counter()
+        cpu3 = time.process_time()      # the whole process: autograd, gloo and crypto threads
+        main3 = time.thread_time()       # this thread: autograd's CPU backward, DDP's bucket copies
         state.last_bucket_ready = t3
         try:
             loss.backward()
@@ -139,6 +146,8 @@ class Trainer:
                 raise model.comm_failure() from None
             raise
         t4 = time.perf_counter()
+        cpu4 = time.process_time()
+        main4 = time.thread_time()
         self.opt.step()
         self.opt.zero_grad(set_to_none=False)
         t5 = time.perf_counter()
@@ -155,6 +164,7 @@ class Trainer:
             "data_ms": (t1 - t0) * 1e3, "bounce_ms": (t2 - t1) * 1e3, "forward_ms": (t3 - t2) * 1e3,
             "backward_ms": (state.last_bucket_ready - t3) * 1e3, "exposed_comm_ms": (t4 - state.last_bucket_ready) * 1e3,
             "optimizer_ms": (t5 - t4) * 1e3, "crypto_busy_ms": busy * 1e3,
+            "backward_process_cpu_ms": (cpu4 - cpu3) * 1e3, "backward_main_cpu_ms": (main4 - main3) * 1e3,
             "allreduce_calls": state.buckets - buckets_before,
             "seals": grads["seals"], "opens": grads["opens"], "segments_sealed": grads["segments_sealed"],
             "broadcast_seals": sync["seals"], "broadcast_opens": sync["opens"],
@@ -304,7 +314,8 @@ def result_of(args: argparse.Namespace, wl, t: Trainer, per_rank: list[list[floa
         it["slowest_rank_total_ms"] = max(others)
     measured = [it for it in iterations if not it["warmup"]]
     summary = {k: statistics.median(it[k] for it in measured)
-               for k in PHASES + ("total_ms", "crypto_busy_ms", "slowest_rank_total_ms")}
+               for k in PHASES + ("total_ms", "crypto_busy_ms", "slowest_rank_total_ms", "backward_main_cpu_ms",
+                                  "backward_process_cpu_ms")}
     steady = measured[-1]
     v = t.variant
     return {

@@ -19,7 +19,11 @@ the model adds that contention itself, so the workload's backward is the value f
 the model's CC-off backward (compute + contention) equals the measured one. The measured
 rank also waits for its slowest peer at the end of backward (its exposed communication
 beyond the model's all-reduce tail): that wait is part of the workload in both modes, so
-the backward becomes the slowest rank's (``wait=False`` leaves it out). Each measured
+the backward becomes the slowest rank's (``wait=False`` leaves it out). Where the run
+recorded its training thread's CPU time in the backward (``backward_main_cpu_ms``), that,
+as wall time on the shared cores, is the backward's own core work and the rest is
+waiting: on the host's shared cores the CC-on collectives' work runs in that wait instead
+of after it (:func:`ccddp.sim.run_iteration`'s work conservation). Each measured
 CC-off iteration is predicted on its own and the medians are compared, as ``ccddp
 train`` reports the median iteration (a median of sums, not a sum of medians). Repeated
 runs of one configuration are pooled: their measured iterations count together.
@@ -206,6 +210,7 @@ def workload_from_run(run: dict, hw, *, step: dict | None = None,
     from dataclasses import replace
 
     from ccddp.sim import Schedule, WorkloadProfile, run_iteration
+    from ccddp.sim.rates import compute_factor
     from ccddp.sim.solve import root
 
     if run.get("cc") != "off":
@@ -239,6 +244,12 @@ def workload_from_run(run: dict, hw, *, step: dict | None = None,
         tail = run_iteration(hw, wl, Schedule(), n, cc=False).phases["exposed"]
         extra = max(0.0, s.get("exposed_comm_ms", 0.0) - tail)
         wl = replace(wl, backward_ms=wl.backward_ms + extra)
+    if n > 1 and s.get("backward_main_cpu_ms") is not None:
+        # The backward's own core work: its compute thread's CPU time (autograd's CPU
+        # backward runs in the thread that calls it), as wall time on cores shared by n
+        # ranks. The rest of the backward is waiting, which the collectives' work fills.
+        core = s["backward_main_cpu_ms"] * compute_factor(hw, n)
+        wl = replace(wl, backward_core_ms=min(core, wl.backward_ms))
     return wl
 
 
@@ -281,15 +292,77 @@ def schedule_from_run(run: dict):
 
 # -- the comparison ----------------------------------------------------------------------
 
+def launch_rounds(offs: list[dict], ons: list[dict]) -> dict[tuple, tuple[list[int], list[dict]]] | None:
+    """Where the CC-on runs took turns with CC-off runs in one launch: per (launch, round),
+    the indices of its CC-off iterations among the pooled ones (:func:`pooled_steps`
+    order) and its CC-on iterations. None when any CC-on run has no CC-off run of its
+    launch or an iteration has no round (separate launches: only pooled medians compare)."""
+    start, by_launch = 0, {}
+    for r in offs:
+        steps = measured_steps(r)
+        launch = r.get("pairing", {}).get("launch")
+        if launch is not None:
+            by_launch[launch] = (start, steps)
+        start += len(steps)
+    out: dict[tuple, tuple[list[int], list[dict]]] = {}
+    for r in ons:
+        launch = r.get("pairing", {}).get("launch")
+        if launch is None or launch not in by_launch:
+            return None
+        first, off_steps = by_launch[launch]
+        for j, it in enumerate(off_steps):
+            if it.get("round") is None:
+                return None
+            out.setdefault((launch, it["round"]), ([], []))[0].append(first + j)
+        for it in measured_steps(r):
+            if (launch, it.get("round")) not in out:
+                return None
+            out[(launch, it["round"])][1].append(it)
+    return {k: v for k, v in out.items() if v[0] and v[1]} or None
+
+
+def paired_errors(preds: list[dict], offs: list[dict], rounds: dict) -> dict:
+    """The prediction against the measurement round by round (medians within a round of
+    blocks): Hodges-Lehmann estimates with 95 % signed-rank intervals
+    (:func:`ccddp.bench.stats.paired_ratio`) of predicted/measured CC-on time and of
+    predicted/measured CC-on/CC-off ratio, and the measured and predicted ratios."""
+    import statistics
+
+    from ccddp.bench.stats import paired_ratio
+
+    med = statistics.median
+    off_steps = pooled_steps(offs)
+    m_on = {k: med(it["total_ms"] for it in ons) for k, (_, ons) in rounds.items()}
+    m_off = {k: med(off_steps[i]["total_ms"] for i in idx) for k, (idx, _) in rounds.items()}
+    p_on = {k: med(preds[i]["cc_on_ms"] for i in idx) for k, (idx, _) in rounds.items()}
+    p_off = {k: med(preds[i]["cc_off_ms"] for i in idx) for k, (idx, _) in rounds.items()}
+    time = paired_ratio(p_on, m_on)
+    ratio = paired_ratio({k: p_on[k] / p_off[k] for k in p_on}, {k: m_on[k] / m_off[k] for k in m_on})
+
+    def shifted(iv):       # a ratio's interval as an error's (ratio - 1)
+        return None if iv.low is None else [iv.low - 1, iv.high - 1]
+
+    return {"rounds": time.n, "cc_on_error": time.estimate - 1,
+            "cc_on_error_interval": shifted(time), "ratio_error": ratio.estimate - 1,
+            "ratio_error_interval": shifted(ratio),
+            "measured_ratio": paired_ratio(m_on, m_off).estimate,
+            "predicted_ratio": paired_ratio(p_on, p_off).estimate}
+
+
 def compare(hw, off, on, *, wls: list | None = None) -> dict:
     """One validation row: measured CC-off / CC-on (a run each, or lists of repeated runs
     of one configuration) against the model's prediction.
 
     The model predicts each measured CC-off iteration (its own batch, its own compute
-    times) with CC off and with CC on; the predicted per-iteration times are the medians
-    of those, as the measured ones are medians of the runs' iterations (a median of
-    sums, not a sum of medians). ``wls``: the workload profiles per iteration, if
-    already built (:func:`workloads_from_run`).
+    times) with CC off and with CC on. Where the variants took turns in one launch
+    (``ccddp train --cc off,on``), each round's prediction is compared with the CC-on
+    iteration measured seconds after the CC-off one it came from, and the errors are the
+    Hodges-Lehmann estimates over the rounds with their 95 % intervals
+    (:func:`paired_errors`): the machine's drift between launches cancels. Otherwise the
+    medians of all predicted and all measured iterations are compared (a median of sums,
+    not a sum of medians). Both are in the row (``comparison`` says which decides);
+    ``wls``: the workload profiles per iteration, if already built
+    (:func:`workloads_from_run`).
     """
     import statistics
 
@@ -310,8 +383,13 @@ def compare(hw, off, on, *, wls: list | None = None) -> dict:
     m_off, m_on = measured_ms(offs), measured_ms(ons)
     p_off = med(p["cc_off_ms"] for p in preds)
     p_on = med(p["cc_on_ms"] for p in preds)
-    m_ratio, p_ratio = m_on / m_off, p_on / p_off
-    err, rerr = p_on / m_on - 1, p_ratio / m_ratio - 1
+    pooled = {"cc_on_error": p_on / m_on - 1, "measured_ratio": m_on / m_off,
+              "predicted_ratio": p_on / p_off}
+    pooled["ratio_error"] = pooled["predicted_ratio"] / pooled["measured_ratio"] - 1
+    rounds = launch_rounds(offs, ons)
+    paired = paired_errors(preds, offs, rounds) if rounds else None
+    use = paired or pooled
+    err, rerr = use["cc_on_error"], use["ratio_error"]
     phases = ("data_ms", "bounce_ms", "forward_ms", "backward_ms", "exposed_comm_ms",
               "optimizer_ms")
     pred_on = [_as_measured(p["phases"]) for p in preds]
@@ -324,12 +402,15 @@ def compare(hw, off, on, *, wls: list | None = None) -> dict:
         "runs_cc_off": len(offs), "runs_cc_on": len(ons),
         "iterations_modelled": len(wls),
         "iterations_measured_cc_on": len(pooled_steps(ons)),
+        "comparison": "paired by round" if paired else "pooled medians",
         "measured_cc_off_ms": m_off, "measured_cc_on_ms": m_on,
         "predicted_cc_off_ms": p_off, "predicted_cc_on_ms": p_on,
         "cc_off_error": p_off / m_off - 1, "cc_on_error": err,
-        "measured_ratio": m_ratio, "predicted_ratio": p_ratio, "ratio_error": rerr,
+        "measured_ratio": use["measured_ratio"], "predicted_ratio": use["predicted_ratio"],
+        "ratio_error": rerr,
         "pass_time": abs(err) <= TIME_TOLERANCE, "pass_ratio": abs(rerr) <= RATIO_TOLERANCE,
         "pass": abs(err) <= TIME_TOLERANCE and abs(rerr) <= RATIO_TOLERANCE,
+        "paired": paired, "pooled": pooled,
         "measured_phases_cc_off": {k: measured_ms(offs, k) for k in phases},
         "measured_phases_cc_on": {k: measured_ms(ons, k) for k in phases},
         # The model's iterations in the measured phases' terms (medians per phase).
@@ -378,4 +459,5 @@ def verdict(rows: list[dict], *, schedule: str = "pipelined") -> dict:
 
 __all__ = ["load_runs", "pair_runs", "run_key", "workload_from_run", "workloads_from_run",
            "measured_steps", "pooled_steps", "measured_ms", "schedule_from_run",
-           "compare", "validate", "verdict", "TIME_TOLERANCE", "RATIO_TOLERANCE"]
+           "launch_rounds", "paired_errors", "compare", "validate", "verdict",
+           "TIME_TOLERANCE", "RATIO_TOLERANCE"]

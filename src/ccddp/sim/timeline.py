@@ -9,9 +9,10 @@ Where communication and compute share cores or SMs (``overlap_efficiency < 1``),
 engine time of all-reduces that can run during backward stretches backward by the share
 that does not hide, and the later buckets become ready later; on a host whose ranks share
 its cores (``host_cores > 0``) the last all-reduce also cannot end before the cores have
-done the backward plus that share of every all-reduce's engine work (crypto, reduction,
-message software, and the transfers' own core time where the link is software), which
-costs ``1 + interference x ranks per core`` times its time alone.
+done the backward's own work (``backward_core_ms`` of a measured workload: what it did
+not spend waiting for peers) plus that share of every all-reduce's engine work (crypto,
+reduction, message software, and the transfers' own core time where the link is
+software), which costs ``1 + interference x ranks per core`` times its time alone.
 
 Example::
 
@@ -71,11 +72,13 @@ def run_iteration(hw, wl, sched, n: int, *, cc: bool, rates: Rates | None = None
         comm_free = max(bwd_start + f * (bwd + extra), comm_free) + c.ms
     if stretch > 0 and costs and hw.host_cores > 0:
         # Work conservation where ranks run on shared host cores: each collective above
-        # runs at full speed, but the cores cannot do the backward and (the share that
-        # does not hide of) every collective's engine work in less than their sum. (Device
-        # profiles keep overlap_efficiency as their only coupling: SMs are partitioned
-        # between streams, not time-shared like cores.)
-        comm_free = max(comm_free, bwd_start + bwd + stretch * sum(busy))
+        # runs at full speed, but the cores cannot do the backward's own work and (the
+        # share that does not hide of) every collective's engine work in less than their
+        # sum. A backward's wait for its peers is not core work: the engine work runs in
+        # it. (Device profiles keep overlap_efficiency as their only coupling: SMs are
+        # partitioned between streams, not time-shared like cores.)
+        core = bwd if wl.backward_core_ms is None else wl.backward_core_ms * cf
+        comm_free = max(comm_free, bwd_start + core + stretch * sum(busy))
     totals = {k: sum(getattr(c, k) for c in costs)
               for k in ("seals", "opens", "messages", "bytes_sent", "relay_ops", "busy_ms",
                         "crypto_ms", "pad_bytes")}

@@ -48,6 +48,10 @@ class WorkloadProfile:
     - ``measured_ranks``: how many ranks shared the host when the phase times were
       measured (a profile written from an n-rank run on a CPU host); the model only adds
       the contention beyond that.
+    - ``backward_core_ms``: the part of ``backward_ms`` that is the rank's own core work
+      (a measured run: its compute thread's CPU time, in wall time on the cores the
+      measured ranks shared); the rest is waiting for peers, and on shared host cores
+      other work -- the collectives' -- runs in it. ``None``: all of ``backward_ms``.
     """
 
     name: str
@@ -61,6 +65,7 @@ class WorkloadProfile:
     ready_fraction: tuple[float, ...] | None = None
     param_bytes: tuple[int, ...] | None = None
     measured_ranks: int = 1
+    backward_core_ms: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bucket_bytes", tuple(int(b) for b in self.bucket_bytes))
@@ -78,6 +83,11 @@ class WorkloadProfile:
                 or self.measured_ranks < 1:
             raise ConfigError(f"workload {self.name!r}: measured_ranks must be an integer "
                               f">= 1, got {self.measured_ranks!r}")
+        core = self.backward_core_ms
+        if core is not None and (isinstance(core, bool) or not isinstance(core, (int, float))
+                                 or not 0 <= core <= self.backward_ms):
+            raise ConfigError(f"workload {self.name!r}: backward_core_ms must be a number "
+                              f"from 0 to backward_ms ({self.backward_ms}), got {core!r}")
         if self.ready_fraction is not None:
             rf = tuple(float(x) for x in self.ready_fraction)
             if len(rf) != len(self.bucket_bytes):
@@ -145,11 +155,11 @@ class WorkloadProfile:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["bucket_bytes"] = list(self.bucket_bytes)
-        for k in ("ready_fraction", "param_bytes"):
+        for k in ("ready_fraction", "param_bytes", "backward_core_ms"):
             if d[k] is None:
                 d.pop(k)
             else:
-                d[k] = list(d[k])
+                d[k] = list(d[k]) if isinstance(d[k], tuple) else d[k]
         return d
 
 
@@ -186,14 +196,15 @@ def _even(total: int, first_cap: float, cap: float) -> list[int]:
 def workload_from_dict(d: Mapping[str, Any], *, source: str = "<dict>") -> WorkloadProfile:
     """Build a profile from the JSON layout ``{"name", "bucket_bytes", "forward_ms",
     "backward_ms", "optimizer_ms", "input_bytes"}`` (+ optional ``data_ms``,
-    ``kernel_launches``, ``ready_fraction``, ``param_bytes``, ``measured_ranks``)."""
+    ``kernel_launches``, ``ready_fraction``, ``param_bytes``, ``measured_ranks``,
+    ``backward_core_ms``)."""
     if not isinstance(d, Mapping):
         raise ConfigError(f"{source}: a workload profile must be a JSON object")
     for key in JSON_REQUIRED:
         if key not in d:
             raise ConfigError(f"{source}: workload profile field '{key}' is missing")
     known = set(JSON_REQUIRED) | {"data_ms", "kernel_launches", "ready_fraction",
-                                  "param_bytes", "measured_ranks"}
+                                  "param_bytes", "measured_ranks", "backward_core_ms"}
     extra = {k: d[k] for k in known if k in d}
     bb = extra.get("bucket_bytes")
     if not isinstance(bb, list) or not all(isinstance(b, (int, float)) and not
