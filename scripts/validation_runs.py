@@ -1,4 +1,4 @@
-"""Measure the training runs `ccddp validate` compares the model against (issue #5).
+"""Measure the training runs `ccddp validate` compares the model against.
 
 Runs ``ccddp train --json`` for three workloads (graphsage, resnet50, bert-base, small
 per-rank shapes so a run takes seconds) at world sizes 2 and 4, CC-off and CC-on with the
@@ -15,7 +15,7 @@ thresholds and say so beside the results.
 Finished runs are skipped, so an interrupted measurement resumes. Every run is its own
 process, and rounds interleave the variants, so slow drifts of the machine's speed fall on
 CC-off and CC-on alike. ``--shapes default --workloads ...`` measures the default shapes
-(issue #3's table) the same way.
+(the default-shape table in BENCHMARKS.md) the same way.
 
 Usage::
 

@@ -24,7 +24,7 @@ from typing import Any
 from ccddp.errors import ConfigError
 
 SCHEMA = "ccddp.bench.collectives/1"
-# (numerator, denominator) pairs the issue #2 targets are stated in.
+# (numerator, denominator) pairs the collective targets are stated in: secure over gloo, naive over secure.
 PAIRS = (("secure", "gloo"), ("secure-naive", "secure"))
 
 
