@@ -24,9 +24,12 @@ recorded its training thread's CPU time in the backward (``backward_main_cpu_ms`
 as wall time on the shared cores, is the backward's own core work and the rest is
 waiting: on the host's shared cores the CC-on collectives' work runs in that wait instead
 of after it (:func:`ccddp.sim.run_iteration`'s work conservation). Each measured
-CC-off iteration is predicted on its own and the medians are compared, as ``ccddp
-train`` reports the median iteration (a median of sums, not a sum of medians). Repeated
-runs of one configuration are pooled: their measured iterations count together.
+CC-off iteration is predicted on its own. Where CC-off and CC-on took turns in one launch,
+each round's prediction is compared with the CC-on iteration of that round and the errors
+are Hodges-Lehmann estimates over the rounds with 95 % intervals; otherwise the medians
+of all predicted and measured iterations are compared, as ``ccddp train`` reports the
+median iteration (a median of sums, not a sum of medians). Repeated runs of one
+configuration are pooled: their measured iterations count together.
 
 Example::
 
