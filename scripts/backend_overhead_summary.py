@@ -28,7 +28,9 @@ def launches(paths: list[str]) -> dict[str, dict[str, float]]:
         m = re.search(r"-r(\d+)-", path)
         if m is None:
             raise SystemExit(f"{path}: no -rN- round in the file name")
-        for row in json.load(open(path))["rows"]:
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)["rows"]
+        for row in rows:
             out.setdefault(row["size"], {})[f"{os.path.dirname(path)}/r{m.group(1)}"] = row["ratio"]
     return out
 

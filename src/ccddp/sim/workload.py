@@ -153,14 +153,10 @@ class WorkloadProfile:
         return y1 if x1 == x0 else y0 + (y1 - y0) * (offset - x0) / (x1 - x0)
 
     def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["bucket_bytes"] = list(self.bucket_bytes)
-        for k in ("ready_fraction", "param_bytes", "backward_core_ms"):
-            if d[k] is None:
-                d.pop(k)
-            else:
-                d[k] = list(d[k]) if isinstance(d[k], tuple) else d[k]
-        return d
+        # JSON lists for the sequences; optional fields left out when unset.
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return {k: v for k, v in d.items()
+                if v is not None or k not in ("ready_fraction", "param_bytes", "backward_core_ms")}
 
 
 def _cumsum(xs: Sequence[float]) -> list[float]:
