@@ -58,13 +58,14 @@ def test_launch_runs_an_unmodified_script_sealed(tmp_path):
 
 
 def test_backend_names_are_rewritten_or_refused():
-    from ccddp.backend.intercept import secure_backend
+    from ccddp.backend.policy import secure_backend
     from ccddp.errors import ConfigError
 
     assert secure_backend("gloo") == "ccddp"
     assert secure_backend("cpu:gloo") == "cpu:ccddp"
     assert secure_backend("ccddp") == "ccddp"
-    assert secure_backend(None) is None
+    if not torch.cuda.is_available():  # torch would pick gloo for CPU tensors: ccddp serves them
+        assert secure_backend(None) == secure_backend("undefined") == "ccddp"
     for name in ("nccl", "cpu:gloo,cuda:nccl", "mpi"):
         with pytest.raises(ConfigError, match="cannot seal"):
             secure_backend(name)
@@ -73,10 +74,11 @@ def test_backend_names_are_rewritten_or_refused():
 def test_torchrun_arguments_start_the_script_through_the_interceptor():
     from ccddp.cli.cmd_launch import torchrun_argv
 
-    assert torchrun_argv(["--nproc-per-node", "2", "train.py", "--lr", "1"]) == [
-        "--nproc-per-node", "2", "-m", "ccddp.backend.intercept", "train.py", "--lr", "1"]
-    assert torchrun_argv(["--standalone", "-m", "pkg.train", "x"]) == [
-        "--standalone", "-m", "ccddp.backend.intercept", "-m", "pkg.train", "x"]
+    fixed = ["--master-addr", "127.0.0.1", "--master-port", "29500"]
+    assert torchrun_argv(["--nproc-per-node", "2", *fixed, "train.py", "--lr", "1"]) == [
+        "--nproc-per-node", "2", *fixed, "-m", "ccddp.backend.intercept", "train.py", "--lr", "1"]
+    argv = torchrun_argv(["--standalone", "-m", "pkg.train", "x"])
+    assert "--standalone" not in argv and argv[-5:] == ["-m", "ccddp.backend.intercept", "-m", "pkg.train", "x"]
 
 
 def _bert_markers() -> list[bytes]:

@@ -3,11 +3,14 @@ the user's script, unmodified.
 
 Before the script runs, :func:`install` (1) registers the ``ccddp`` backend, (2) makes it
 the default CPU backend (``init_process_group()`` without a backend, device meshes), and
-(3) wraps ``torch.distributed.init_process_group`` and ``new_group`` so a backend the
-script names is served by ccddp: ``"gloo"`` becomes ``"ccddp"``, ``"cpu:gloo"`` becomes
-``"cpu:ccddp"``. A backend ccddp cannot seal (NCCL for GPU tensors, MPI, UCC) stops the
-run with a ConfigError instead of running in plaintext. Nothing else changes: the script
-is run as ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``) would run it.
+(3) wraps ``torch.distributed.init_process_group`` so the backend the script names is
+served by ccddp: ``"gloo"`` becomes ``"ccddp"``, ``"cpu:gloo"`` becomes ``"cpu:ccddp"``.
+A backend ccddp cannot seal (NCCL for GPU tensors, MPI, UCC) stops the run with a
+ConfigError instead of running in plaintext. Groups made later (``new_group``, device
+meshes) follow the same rule, as under any ccddp default group (``ccddp.backend.policy``).
+The group secret is taken out of the environment before the script runs, so nothing the
+script starts inherits it. Nothing else changes: the script is run as ``python SCRIPT
+ARGS`` (or ``python -m MODULE ARGS``) would run it.
 
 Example (what ``ccddp launch --nproc-per-node 2 train.py --epochs 1`` asks torchrun for)::
 
@@ -21,58 +24,35 @@ import os
 import runpy
 import sys
 
-import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from ccddp.backend.policy import secure_backend
 from ccddp.backend.registration import BACKEND_NAME, register
-from ccddp.errors import CCDDPError, ConfigError
+from ccddp.crypto.keys import take_secret_from_env
+from ccddp.errors import CCDDPError
 
 
-def secure_backend(backend: str | None) -> str | None:
-    """The backend string to use instead of ``backend`` (None stays None: the default map
-    then picks ccddp for CPU)."""
-    if backend is None or str(backend).lower() == "undefined":
-        if torch.cuda.is_available():
-            raise ConfigError("this script lets torch pick NCCL for GPU tensors; ccddp seals CPU tensors only")
-        return backend
-    parts = []
-    for part in str(backend).lower().split(","):
-        device, _, name = part.rpartition(":")
-        if name == "gloo":
-            name = BACKEND_NAME
-        if name != BACKEND_NAME:
-            raise ConfigError(f"this script asks for the {name} backend, which ccddp cannot seal "
-                              "(ccddp serves CPU process groups, in place of gloo)")
-        parts.append(f"{device}:{name}" if device else name)
-    return ",".join(parts)
-
-
-def _rewriting(fn, position: int):
+def _rewriting(fn):
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if len(args) > position:
-            args = (*args[:position], secure_backend(args[position]), *args[position + 1:])
-        elif "backend" in kwargs:
-            kwargs["backend"] = secure_backend(kwargs["backend"])
-        elif fn.__name__ == "init_process_group":
-            kwargs["backend"] = secure_backend(None)
+    def init_process_group(*args, **kwargs):
+        if args:
+            args = (secure_backend(args[0]), *args[1:])
+        else:
+            kwargs["backend"] = secure_backend(kwargs.get("backend"))
         return fn(*args, **kwargs)
 
-    wrapper.__ccddp_intercepted__ = True
-    return wrapper
+    init_process_group.__ccddp_intercepted__ = True
+    return init_process_group
 
 
 def install() -> None:
     """Serve the process's CPU groups with ccddp (idempotent)."""
     register()
     dist.Backend.default_device_backend_map["cpu"] = BACKEND_NAME
-    for name, position in (("init_process_group", 0), ("new_group", 2)):
-        fn = getattr(c10d, name)
-        if not getattr(fn, "__ccddp_intercepted__", False):
-            wrapped = _rewriting(fn, position)
-            setattr(c10d, name, wrapped)
-            setattr(dist, name, wrapped)
+    fn = c10d.init_process_group
+    if not getattr(fn, "__ccddp_intercepted__", False):
+        c10d.init_process_group = dist.init_process_group = _rewriting(fn)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,6 +61,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("usage: python -m ccddp.backend.intercept (SCRIPT | -m MODULE) [ARGS ...]")
     install()
     try:
+        # Before the script starts anything that would inherit the environment.
+        take_secret_from_env()
         if argv[0] == "-m":
             sys.argv = argv[1:]
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -38,7 +39,7 @@ from ccddp.comm.exchange import all_to_all, gather, scatter
 from ccddp.comm.p2p import SealedPeerLinks
 from ccddp.comm.reduce import Reduction
 from ccddp.comm.transport import Transport
-from ccddp.errors import ConfigError
+from ccddp.errors import ConfigError, PeerTimeoutError, one_line
 
 _eager = torch.compiler.disable
 
@@ -115,6 +116,27 @@ def _splits(t: torch.Tensor, sizes: list[int], n: int, what: str) -> list[torch.
     return out
 
 
+def _attempt() -> str:
+    """Which attempt of an elastic job this process belongs to ("0" outside torchelastic).
+
+    torchrun keeps its agent's store across the restarts of ``--max-restarts``, so keys a
+    failed attempt left there (its ranks' listening addresses) are still there for the
+    next one; each attempt's internal links rendezvous under keys of their own."""
+    return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+
+
+def _internal_links(store, rank: int, size: int, timeout: timedelta) -> tuple[dist.ProcessGroup, ...]:
+    """The group's three bare gloo connection sets: collectives (one per link direction)
+    and point-to-point messages. A peer that cannot be reached is a typed error."""
+    base = dist.PrefixStore(f"ccddp/attempt-{_attempt()}/", store)
+    try:
+        return tuple(dist.ProcessGroupGloo(dist.PrefixStore(name, base), rank, size, timeout)
+                     for name in ("collectives", "collectives-down", "p2p"))
+    except RuntimeError as e:
+        raise PeerTimeoutError(f"rank {rank}: cannot connect the group's links to its peers within "
+                               f"{timeout.total_seconds():.0f}s ({one_line(str(e))})") from None
+
+
 class ProcessGroupCCDDP(dist.ProcessGroup):
     """One ccddp process group; see the module docstring."""
 
@@ -122,17 +144,12 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
                  group_id: str = "", global_ranks: list[int] | None = None) -> None:
         super().__init__(rank, size)
         options = options or Options()
-        if size < 2:
-            raise ConfigError("the ccddp backend needs at least 2 ranks (with one nothing leaves the process: "
-                              "use gloo)")
         settings = options.settings or settings_from_env(timeout.total_seconds())
         if not settings.secure:
             raise ConfigError(f"the ccddp backend runs sealed collectives only (impl secure or secure-naive), "
                               f"got impl {settings.impl!r}")
-        base = dist.PrefixStore("ccddp/", store)
         gloo_timeout = timedelta(seconds=max(settings.timeout_s, timeout.total_seconds()))
-        coll, down, p2p = (dist.ProcessGroupGloo(dist.PrefixStore(name, base), rank, size, gloo_timeout)
-                           for name in ("collectives", "collectives-down", "p2p"))
+        coll, down, p2p = _internal_links(store, rank, size, gloo_timeout)
         self._internal = (coll, down, p2p)
         self.secure_group = SecureGroup(settings, options.secret, pg=coll,
                                         transport=Transport(coll, settings.timeout_s, downward=down),

@@ -61,7 +61,10 @@ def settings_from_env(timeout_s: float | None = None):
 
 def _create(backend_opts, options):
     """torch's creator hook (extended API): one ccddp process group."""
+    from ccddp.backend import policy
     from ccddp.backend.process_group import ProcessGroupCCDDP
+
+    policy.install()  # from now on, a gloo group under a ccddp default group is ccddp too
 
     if options is not None and not isinstance(options, Options):
         from ccddp.errors import ConfigError

@@ -154,6 +154,8 @@ def _exchange(g: SecureGroup, seq: int, op: Op, numel: int, dtype: str, root: in
 
 def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, root: int = 0,
               reduction: Reduction = Reduction.SUM) -> None:
+    if not steps:
+        return  # a one-rank group: nothing to send, the result is already in place
     s = g.settings
     seq = g.next_seq()
     desc = _exchange(g, seq, op, flat.numel(), dtype_name(flat), root,

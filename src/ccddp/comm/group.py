@@ -54,8 +54,6 @@ class SecureGroup:
         self.pg = pg if pg is not None else dist.group.WORLD
         self.rank = self.pg.rank()
         self.world_size = self.pg.size()
-        if self.world_size < 2:
-            raise ConfigError("secure collectives need a world size of at least 2")
         if self.settings.secure and secret is None and establishment is None:
             # CCDDP_IDENTITY selects the authenticated exchange; else the pre-shared secret.
             establishment = KeyEstablishment.from_env()

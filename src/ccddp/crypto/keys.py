@@ -93,8 +93,21 @@ class GroupSecret:
 
     @classmethod
     def from_env(cls) -> "GroupSecret":
-        if os.environ.get(ENV_SECRET):
-            return cls.from_hex(os.environ[ENV_SECRET])
+        """The process's group secret: ``CCDDP_GROUP_SECRET`` (hex), else the file named by
+        ``CCDDP_GROUP_SECRET_FILE``.
+
+        The variable is read once and taken out of the environment (:func:`take_secret_from_env`),
+        so processes the training script starts later (data-loader workers, subprocesses,
+        anything that logs ``os.environ``) do not inherit it; later calls return the same
+        secret.
+
+        Example::
+
+            secret = GroupSecret.from_env()     # CCDDP_GROUP_SECRET is now gone from os.environ
+        """
+        take_secret_from_env()
+        if _taken is not None:
+            return _taken
         if os.environ.get(ENV_SECRET_FILE):
             return cls.from_file(os.environ[ENV_SECRET_FILE])
         raise ConfigError(
@@ -102,6 +115,19 @@ class GroupSecret:
             "e.g. export CCDDP_GROUP_SECRET=$(python -c 'import os;print(os.urandom(32).hex())')"
         )
 
+
+
+_taken: GroupSecret | None = None
+
+
+def take_secret_from_env() -> None:
+    """Move ``CCDDP_GROUP_SECRET`` from the environment into this process's memory (a
+    malformed value raises :class:`ConfigError`, and is removed all the same). A later value
+    put in the environment replaces the one taken."""
+    global _taken
+    text = os.environ.pop(ENV_SECRET, None)
+    if text:
+        _taken = GroupSecret.from_hex(text)
 
 
 def guessable(value: bytes) -> str | None:

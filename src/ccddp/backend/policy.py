@@ -1,0 +1,89 @@
+"""Under a ``ccddp`` default group, every later group is sealed too.
+
+A script that runs ``init_process_group("ccddp")`` has said that its model data must not
+leave a rank in plaintext; a library that then makes a group of its own with
+``new_group(backend="gloo")`` (distributed checkpointing, FSDP and device-mesh utilities
+do) would otherwise get a plaintext gloo group without a word. So once a ccddp group
+exists, :func:`install` puts one check on the function every c10d group is built by
+(``new_group``, ``new_subgroups``, device meshes): while the default group is ccddp,
+
+- ``"gloo"`` (or ``"cpu:gloo"``, or no backend) is served by ccddp, with the group's
+  timeout; options meant for gloo are dropped (ccddp has its own, from ``CCDDP_SETTINGS``);
+- a backend ccddp cannot seal (NCCL for GPU tensors, MPI, UCC) is refused with a
+  :class:`ConfigError` naming it, instead of running in plaintext.
+
+A process whose default group is not ccddp is left as it is. ``ccddp launch`` rewrites the
+script's own ``init_process_group`` with :func:`secure_backend` as well.
+
+Example::
+
+    dist.init_process_group("ccddp")
+    pg = dist.new_group([0, 1], backend="gloo")     # a ccddp group: sealed
+    dist.get_backend(pg)                            # "ccddp"
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from ccddp.backend.registration import BACKEND_NAME, Options
+from ccddp.errors import ConfigError
+
+
+def secure_backend(backend: str | None) -> str:
+    """The backend string to use instead of ``backend``: gloo (or none) becomes ccddp,
+    ccddp stays; anything else raises :class:`ConfigError`.
+
+    Example::
+
+        secure_backend("cpu:gloo")     # "cpu:ccddp"
+    """
+    if backend is None or str(backend).lower() == "undefined":
+        if torch.cuda.is_available():
+            raise ConfigError("this script lets torch pick NCCL for GPU tensors; ccddp seals CPU tensors only")
+        return BACKEND_NAME
+    parts = []
+    for part in str(backend).lower().split(","):
+        device, _, name = part.rpartition(":")
+        if name == "gloo":
+            name = BACKEND_NAME
+        if name != BACKEND_NAME:
+            raise ConfigError(f"ccddp cannot seal the {name} backend, and this process's groups must be sealed "
+                              "(ccddp serves CPU process groups, in place of gloo)")
+        parts.append(f"{device}:{name}" if device else name)
+    return ",".join(parts)
+
+
+def default_is_ccddp() -> bool:
+    """Whether this process's default group is served by ccddp."""
+    return dist.is_initialized() and BACKEND_NAME in str(dist.get_backend())
+
+
+def _sealing(helper):
+    signature = inspect.signature(helper)
+
+    @functools.wraps(helper)
+    def build_group(*args, **kwargs):
+        if not default_is_ccddp():
+            return helper(*args, **kwargs)
+        call = signature.bind(*args, **kwargs)
+        asked = call.arguments["backend"]
+        call.arguments["backend"] = secure_backend(asked)
+        if not isinstance(call.arguments.get("backend_options"), (Options, type(None))):
+            call.arguments["backend_options"] = None  # e.g. gloo's options for a group ccddp now serves
+        return helper(*call.args, **call.kwargs)
+
+    build_group.__ccddp_sealing__ = True
+    return build_group
+
+
+def install() -> None:
+    """Apply the policy to every group created from now on (idempotent)."""
+    helper = c10d._new_process_group_helper
+    if not getattr(helper, "__ccddp_sealing__", False):
+        c10d._new_process_group_helper = _sealing(helper)

@@ -1,0 +1,189 @@
+"""The launch path under a hostile host: nothing the host's rendezvous store holds is
+unpickled, a restarted attempt recovers with fresh keys, a gloo group under a ccddp
+default group is sealed, the group secret reaches only the ranks, and a one-rank group
+works (nothing leaves the process).
+
+The host here is the test: it serves a rendezvous store on loopback, pre-loaded with a
+pickle that would run code in whoever unpickles it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import subprocess
+import sys
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from wire_util import HERE, SECRET_HEX, SRC, build_wiretap, found, torchrun, wire_bytes
+
+RUN_ID = "hostile-run"
+
+
+class _Payload:
+    """Unpickling this creates the file ``path``: proof that code ran."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def _free_port() -> int:
+    from ccddp.bench.launch import free_port
+
+    return free_port()
+
+
+@pytest.fixture()
+def hostile_store(tmp_path):
+    """A rendezvous store on loopback whose rendezvous state is a crafted pickle; yields
+    (endpoint, the file the pickle creates if anything unpickles it)."""
+    marker = tmp_path / "host-code-ran"
+    port = _free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=30), wait_for_workers=False)
+    store.set(f"torch.rendezvous.{RUN_ID}", base64.b64encode(pickle.dumps(_Payload(str(marker)))).decode())
+    yield f"127.0.0.1:{port}", marker
+    del store
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]), OMP_NUM_THREADS="1",
+               PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def _ccddp(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ccddp.cli", *args], env=env or _env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+SCRIPT = str(HERE / "restart_main.py")
+
+
+def test_the_hostile_store_runs_code_in_torchruns_dynamic_rendezvous(hostile_store, tmp_path):
+    """The attack is real: plain torchrun's c10d rendezvous unpickles the store's state."""
+    endpoint, marker = hostile_store
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                    endpoint, "--rdzv-id", RUN_ID, "--nproc-per-node", "1", "-m", "json.tool", os.devnull],
+                   env=_env(), capture_output=True, text=True, timeout=120)
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("rendezvous", [["--rdzv-backend", "c10d"], ["--rdzv_backend=etcd"],
+                                        ["--rdzv-backend", "etcd-v2"]])
+def test_launch_refuses_a_dynamic_rendezvous_before_anything_reads_the_store(hostile_store, tmp_path, rendezvous):
+    endpoint, marker = hostile_store
+    done = _ccddp("launch", *rendezvous, "--rdzv-endpoint", endpoint, "--rdzv-id", RUN_ID, "--nproc-per-node", "2",
+                  SCRIPT, str(tmp_path))
+    assert done.returncode == 2
+    assert not marker.exists(), "the host's pickle ran"
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ccddp: error: ")
+    assert "--master-addr" in lines[0] and "static" in lines[0]
+    assert not list(tmp_path.glob("attempt*")), "no rank started"
+
+
+@pytest.mark.parametrize("argv", [["--nnodes", "1:2"], ["--nnodes", "2"]])
+def test_launch_needs_a_fixed_node_count_and_node_0s_address(argv, tmp_path):
+    done = _ccddp("launch", *argv, "--nproc-per-node", "1", SCRIPT, str(tmp_path),
+                  env=_env(CCDDP_GROUP_SECRET=SECRET_HEX))
+    assert done.returncode == 2 and done.stderr.startswith("ccddp: error: ")
+    assert "--master-port" in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["--nproc-per-node", "2"], ["--standalone", "--nproc-per-node", "2"],
+                                  ["--nnodes", "1", "--nproc-per-node", "2"], ["--nnodes", "1:1"]])
+def test_every_single_node_launch_gets_the_static_rendezvous(argv):
+    """torchrun switches a one-node launch without ``--master-port`` (and ``--standalone``)
+    to the c10d rendezvous; what ccddp launch hands torchrun never does."""
+    from torch.distributed.run import get_args_parser
+
+    from ccddp.cli.cmd_launch import torchrun_argv
+
+    ns = get_args_parser().parse_args(torchrun_argv([*argv, "train.py", "--lr", "1"]))
+    assert ns.rdzv_backend == "static" and not ns.standalone
+    assert ns.master_addr == "127.0.0.1" and ns.master_port is not None
+    assert ns.training_script == "ccddp.backend.intercept" and ns.training_script_args == ["train.py", "--lr", "1"]
+
+
+def test_a_restarted_attempt_recovers_with_fresh_keys(tmp_path):
+    done = _ccddp("launch", "--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.5", SCRIPT,
+                  str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = {(a, r): json.loads((tmp_path / f"attempt{a}-rank{r}.json").read_text()) for a in (0, 1) for r in (0, 1)}
+    # One session per attempt, the same on both ranks, new in the restart.
+    assert runs[0, 0]["session"] == runs[0, 1]["session"] != runs[1, 0]["session"] == runs[1, 1]["session"]
+    keys = {a: {k for r in (0, 1) for k, _ in runs[a, r]["nonces"]} for a in (0, 1)}
+    assert keys[0] and keys[1] and not keys[0] & keys[1], "the restart reused a key"
+    # The ledger over both attempts: each (key, nonce) taken once by its sealer and once by its opener.
+    taken = Counter((k, n) for run in runs.values() for k, n in run["nonces"])
+    assert taken and set(taken.values()) == {2}
+
+
+def test_a_gloo_group_under_a_ccddp_default_group_is_sealed(tmp_path):
+    from subgroup_main import marker_values
+
+    lib = build_wiretap(tmp_path)
+    (tmp_path / "wire").mkdir()
+    done = torchrun([str(HERE / "subgroup_main.py"), str(tmp_path)], wiretap=lib, wire_dir=tmp_path / "wire",
+                    timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for r in (0, 1):
+        seen = json.loads((tmp_path / f"rank{r}.json").read_text())
+        for name in ("new_group gloo", "new_group cpu:gloo", "new_subgroups", "device mesh"):
+            assert seen[name]["correct"] and "ccddp" in seen[name]["backend"], (name, seen[name])
+        assert seen["checkpoint"] is True
+        assert seen["mpi"].startswith("ConfigError: ccddp cannot seal the mpi backend")
+    raw = [marker_values(i).numpy().tobytes() for i in range(4)]
+    markers = [b[j:j + 16] for b in raw for j in range(0, len(b) - 16, 512)]
+    assert not found(markers, wire_bytes(tmp_path / "wire"))
+
+
+def test_the_group_secret_reaches_the_ranks_only(tmp_path):
+    secret = "5be2c09f7d31a4e86f0b2d9c13e7a5846d2f8b0c71e3a9d54b6c2e1f0a8d7c39"
+    done = _ccddp("launch", "--nproc-per-node", "2", str(HERE / "secret_main.py"), str(tmp_path),
+                  env=_env(CCDDP_GROUP_SECRET=secret))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for r in (0, 1):
+        seen = (tmp_path / f"rank{r}.txt").read_text()
+        assert "subprocess sees: <absent>" in seen and "data-loader worker sees: <absent>" in seen
+        assert "all_reduce: [2.0" in seen, "the ranks still had the secret for their group"
+    written = [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
+    for text in (done.stdout, done.stderr, *written):
+        assert secret not in text and secret.upper() not in text
+
+
+def _one_rank(rank, n):
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET_HEX
+    import ccddp.backend  # noqa: F401
+
+    pg = dist.new_group(backend="ccddp")
+    t = torch.arange(6.0)
+    dist.all_reduce(t, group=pg)
+    out = [torch.empty(6)]
+    dist.all_gather(out, t, group=pg)
+    objs = [None]
+    dist.all_gather_object(objs, {"rank": rank}, group=pg)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2), process_group=pg)
+    model(torch.ones(4, 3)).sum().backward()
+    return t.tolist(), out[0].tolist(), objs, dist.get_backend(pg)
+
+
+def test_a_one_rank_group_works_like_gloos():
+    from dist_util import run_ranks
+
+    (t, gathered, objs, backend), = run_ranks(_one_rank, 1, timeout=120)
+    assert t == gathered == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert objs == [{"rank": 0}] and backend == "ccddp"
