@@ -47,7 +47,10 @@ while (($#)); do
 done
 [[ $DRY_RUN == 0 || $DRY_RUN == 1 ]] || DRY_RUN=1
 for s in ${ONLY//,/ }; do
-    [[ $s == kernels || $s == tests || $s == bench ]] || { echo "gpu_check: --only takes kernels, tests, bench; not $s" >&2; exit 2; }
+    if [[ $s != kernels && $s != tests && $s != bench ]]; then
+        echo "gpu_check: --only takes kernels, tests, bench; not $s" >&2
+        exit 2
+    fi
 done
 
 PY=${PYTHON:-python3}
@@ -120,7 +123,9 @@ run_step() {
     LAST_RC=$rc
 }
 
-log "ccddp GPU check $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, steps: $ONLY$([[ $DRY_RUN == 1 ]] && echo ', DRY RUN (no GPU needed: the CUDA parts skip)')"
+mode=""
+[[ $DRY_RUN == 1 ]] && mode=", DRY RUN (no GPU needed: the CUDA parts skip)"
+log "ccddp GPU check $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, steps: $ONLY$mode"
 
 # Triton decides once, at its first import, whether kernels compile or run interpreted:
 # the check compiles. (Without a GPU the tests' conftest sets it again for itself.)
@@ -140,7 +145,8 @@ wheels=("$WHEELS"/*.whl)
 shopt -u nullglob
 WHEEL_PY=$(cat "$WHEELS/python-version" 2>/dev/null || echo 3.12)
 if ((${#wheels[@]} == 0)); then
-    note="no wheel folder $WHEELS (or no wheels in it): using what this Python has; prepare it with 'bash scripts/gpu_wheels.sh' and carry .whl"
+    note="no wheel folder $WHEELS (or no wheels in it): using what this Python has;"
+    note+=" prepare it with 'bash scripts/gpu_wheels.sh' and carry .whl"
     log "== wheels: skipped: $note"
     record wheels skipped "" 0 "" "$note" "pip install --target $SITE $WHEELS/*.whl"
 else

@@ -96,7 +96,8 @@ def cmd_env(args: argparse.Namespace) -> int:
             env["capability"] = f"{props.major}.{props.minor}"
             env["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
             env["multiprocessors"] = props.multi_processor_count
-            env["nccl"] = _try(lambda: ".".join(map(str, torch.cuda.nccl.version())))
+            nccl = _try(torch.cuda.nccl.version)      # a tuple; an int in older builds
+            env["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl
             env["driver"] = _driver()
         elif not args.dry_run:
             stop.append("no CUDA GPU visible to torch (rehearse without one: --dry-run)")

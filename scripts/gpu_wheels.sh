@@ -34,7 +34,8 @@ VECTOR_FILES=(gcmEncryptExtIV256.rsp gcmDecrypt256.rsp)
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64)
 
-grep -qx '/.whl/' .gitignore 2>/dev/null || echo "gpu_wheels: note: .whl is not in .gitignore; it must be ignored to be carried" >&2
+grep -qx '/.whl/' .gitignore 2>/dev/null ||
+    echo "gpu_wheels: note: .whl is not in .gitignore; it must be ignored to be carried" >&2
 
 # One version of each package in the folder: two stop the whole install there.
 rm -rf "$DEST"
@@ -88,8 +89,8 @@ for w in sorted(glob.glob(os.path.join(dest, "*.whl"))):
         if req.marker is not None and not req.marker.evaluate(env):
             continue
         key = re.sub(r"[-_.]+", "-", req.name).lower()
-        print(f"  {os.path.basename(w).split('-')[0]} needs {req}: "
-              + (f"{key} {have[key]} in the folder" if key in have else "on the image" if key in on_image else "MISSING"))
+        where = f"{key} {have[key]} in the folder" if key in have else "on the image" if key in on_image else "MISSING"
+        print(f"  {os.path.basename(w).split('-')[0]} needs {req}: {where}")
         if key in on_image:
             continue
         if key not in have or not req.specifier.contains(have[key], prereleases=True):
@@ -99,4 +100,4 @@ if bad:
 EOF
 
 ls -l "$DEST"
-echo "gpu_wheels: $(du -sh "$DEST" | cut -f1) in $DEST (the tree and the carried folders travel together, 64 MiB at most)"
+echo "gpu_wheels: $(du -sh "$DEST" | cut -f1) in $DEST (with the tree, 64 MiB at most travel to the GPU machine)"
