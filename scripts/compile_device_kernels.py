@@ -4,12 +4,17 @@ check, not a speed: it shows the kernels build for the target and fit its regist
 
     python scripts/compile_device_kernels.py --arch 90 --json kernels-sm90.json
 
-Needs Triton's CUDA backend (it ships ptxas); runs with TRITON_INTERPRET unset.
+Needs Triton's CUDA backend (it ships ptxas) and nothing else of ccddp's dependencies: the
+kernels module is loaded from its file and the engine's launch constants are read from its
+source, so neither torch nor cryptography is imported (a bare venv with one Triton version
+can check the kernels against it). Runs with TRITON_INTERPRET unset.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 import json
 import os
 import re
@@ -24,8 +29,39 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from ccddp.crypto.device import kernels  # noqa: E402
-from ccddp.crypto.device.engine import FINISH_TILES, TILE_BLOCKS_GPU, WARPS_GPU  # noqa: E402
+DEVICE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "ccddp", "crypto", "device")
+
+
+def _load_kernels():
+    """ccddp.crypto.device.kernels from its file: importing the package would import the
+    engine, hence torch and cryptography; the kernels need only Triton."""
+    spec = importlib.util.spec_from_file_location("ccddp_device_kernels", os.path.join(DEVICE, "kernels.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # Triton reads a kernel's globals through its module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _engine_constants(*names: str) -> list[int]:
+    """Module-level integer constants of engine.py, read from its source (not imported)."""
+    with open(os.path.join(DEVICE, "engine.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    found = {}
+    for node in tree.body:
+        for t in node.targets if isinstance(node, ast.Assign) else ():
+            if isinstance(t, ast.Name) and t.id in names:
+                try:
+                    found[t.id] = ast.literal_eval(node.value)
+                except ValueError:          # an expression: reported below
+                    pass
+    missing = [n for n in names if not isinstance(found.get(n), int)]
+    if missing:
+        sys.exit(f"engine.py has no integer literal for {', '.join(missing)}: update {__file__}")
+    return [found[n] for n in names]
+
+
+kernels = _load_kernels()
+FINISH_TILES, TILE_BLOCKS_GPU, WARPS_GPU = _engine_constants("FINISH_TILES", "TILE_BLOCKS_GPU", "WARPS_GPU")
 
 PTRS = {"desc_ptr": "*i64", "src_ptr": "*u8", "dst_ptr": "*u8", "aad_ptr": "*u8", "pad_ptr": "*u8",
         "rk_ptr": "*u32", "te_ptr": "*u32", "p4_ptr": "*u64", "q4_ptr": "*u64", "r4_ptr": "*u64",

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# The GPU check: one command, from the repository root, on a machine with one NVIDIA GPU
+# and no network. It installs the wheels carried in .whl/ (bash scripts/gpu_wheels.sh
+# prepares them where a package index is reachable) into a private folder, prints and
+# records the environment, then runs, each step bounded by `timeout` and the whole by a
+# budget (default 470 s, under 8 minutes):
+#   kernels   scripts/compile_device_kernels.py for the GPU's architecture: registers and
+#             spills of every kernel variant (the fastest sign that Triton works here)
+#   tests     the CUDA cases of tests/test_device_aead.py and tests/test_device_channel.py
+#   bench-*   ccddp bench channel --device cuda at 4 KiB .. 64 MiB: seal and open with and
+#             without pads, beside a device-to-device copy and OpenSSL on the host
+# A step that fails or times out is recorded and the next one runs. Files, all at the top
+# of $OUT (default runs/gpu-check), at most 8:
+#   gpu-check.log  env.json  kernels.json  tests.xml  bench.json  summary.json
+# summary.json (every step: command, status, exit code, seconds) is rewritten after each
+# step, so it exists also when the check is cut short.
+#
+#   bash scripts/gpu_check.sh                   # on the GPU machine
+#   bash scripts/gpu_check.sh --dry-run         # rehearsal without a GPU: the same steps,
+#                                               # the CUDA parts skip or say there is no GPU
+#   bash scripts/gpu_check.sh --only bench      # some steps (kernels, tests, bench)
+#
+# Environment: OUT (results folder), PYTHON (default python3), CCDDP_GPU_CHECK_DRY_RUN=1
+# (same as --dry-run), CCDDP_GPU_CHECK_BUDGET_S (default 470),
+# CCDDP_GPU_CHECK_SIZES (default 4K,64K,1M,16M,64M), CCDDP_GPU_CHECK_PYTEST_ARGS (added to
+# pytest's, e.g. "-n 4"), CCDDP_GPU_WHEELS (default .whl), CCDDP_GPU_SITE (where the wheels
+# go; default a fresh temporary folder).
+#
+# Exit: 0 every step ok; 1 a step failed or timed out; 2 the environment cannot run the check
+# (one line says why: no GPU, no Triton, cryptography not importable, torch too old, ...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+DRY_RUN=${CCDDP_GPU_CHECK_DRY_RUN:-0}
+ONLY="kernels,tests,bench"
+while (($#)); do
+    case $1 in
+        --dry-run) DRY_RUN=1 ;;
+        --only) ONLY=${2:?--only needs a list, e.g. tests,bench}; shift ;;
+        --only=*) ONLY=${1#--only=} ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[[ $DRY_RUN == 0 || $DRY_RUN == 1 ]] || DRY_RUN=1
+for s in ${ONLY//,/ }; do
+    if [[ $s != kernels && $s != tests && $s != bench ]]; then
+        echo "gpu_check: --only takes kernels, tests, bench; not $s" >&2
+        exit 2
+    fi
+done
+
+PY=${PYTHON:-python3}
+OUT=${OUT:-runs/gpu-check}
+BUDGET=${CCDDP_GPU_CHECK_BUDGET_S:-470}
+SIZES=${CCDDP_GPU_CHECK_SIZES:-4K,64K,1M,16M,64M}
+WHEELS=${CCDDP_GPU_WHEELS:-.whl}
+RESERVE=10          # seconds kept back for the bench merge and the summary
+MIN_STEP=15         # a step given less than this would only time out: it is not started
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+# Only the files this check writes are replaced: $OUT may be a folder that holds others.
+rm -f "$OUT"/{gpu-check.log,env.json,kernels.json,tests.xml,bench.json,summary.json}
+LOG=$OUT/gpu-check.log
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ccddp-gpu-check.XXXXXX")
+SITE=${CCDDP_GPU_SITE:-$WORK/site}
+trap 'rm -rf "$WORK"' EXIT
+STEPS=$WORK/steps.tsv
+: >"$STEPS"
+START=$SECONDS
+
+log() { printf '%s\n' "$*" | tee -a "$LOG"; }
+
+write_summary() {   # $1: 1 once every step has had its turn
+    local flags=()
+    [[ ${1:-0} == 1 ]] && flags+=(--complete)
+    [[ $DRY_RUN == 1 ]] && flags+=(--dry-run)
+    "$PY" scripts/gpu_check_tools.py summary --steps "$STEPS" --out "$OUT/summary.json" \
+        --elapsed $((SECONDS - START)) --budget "$BUDGET" "${flags[@]}" || log "summary: could not be written"
+}
+
+record() {  # name status rc seconds timeout note command...
+    local name=$1 status=$2 rc=$3 secs=$4 t=$5 note=$6
+    shift 6
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$secs" "$t" "${note//$'\t'/ }" "$*" >>"$STEPS"
+    write_summary 0
+}
+
+selected() {  # the step group of a step name (bench-4K -> bench) is in --only
+    [[ ,$ONLY, == *,${1%%-*},* ]]
+}
+
+# run_step NAME CAP_S COMMAND...: run it under `timeout` (its cap or what is left of the
+# budget, whichever is less), its output to the log and to $WORK/NAME.out; record it.
+# Never stops the check: the exit status is recorded, not propagated.
+run_step() {
+    local name=$1 cap=$2 left t t0 rc status note=""
+    shift 2
+    left=$((BUDGET - (SECONDS - START) - RESERVE))
+    if ((left < MIN_STEP)); then
+        log "== $name: not run: out of time (${left}s left of the ${BUDGET}s budget)"
+        record "$name" skipped "" 0 "" "not run: out of time" "$@"
+        return 0
+    fi
+    t=$((cap < left ? cap : left))
+    log "== $name (timeout ${t}s): $*"
+    t0=$SECONDS
+    set +e
+    timeout -k 5 "$t" "$@" 2>&1 | tee -a "$LOG" "$WORK/$name.out"
+    rc=${PIPESTATUS[0]}
+    set -e
+    case $rc in
+        0) status=ok ;;
+        124|137) status=timeout; note="stopped after ${t}s" ;;
+        *) status=failed ;;
+    esac
+    echo "$rc" >"$WORK/$name.rc"
+    log "== $name: $status (exit $rc, $((SECONDS - t0))s)"
+    record "$name" "$status" "$rc" $((SECONDS - t0)) "$t" "$note" "$@"
+    LAST_RC=$rc
+}
+
+mode=""
+[[ $DRY_RUN == 1 ]] && mode=", DRY RUN (no GPU needed: the CUDA parts skip)"
+log "ccddp GPU check $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, steps: $ONLY$mode"
+
+# Triton decides once, at its first import, whether kernels compile or run interpreted:
+# the check compiles. (Without a GPU the tests' conftest sets it again for itself.)
+unset TRITON_INTERPRET
+export PYTHONUNBUFFERED=1 PIP_ROOT_USER_ACTION=ignore   # the machine runs commands as root
+export PYTHONPATH="$SITE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+# The NIST vectors the tests read, carried beside the wheels (cryptography_vectors itself
+# is 56 MB, too big to carry).
+if [[ -d $WHEELS/gcm-vectors && -z ${CCDDP_GCM_VECTORS:-} ]]; then
+    CCDDP_GCM_VECTORS=$(cd "$WHEELS/gcm-vectors" && pwd)
+    export CCDDP_GCM_VECTORS
+fi
+
+# -- wheels: what the image lacks, into a private folder first on PYTHONPATH ---------------
+shopt -s nullglob
+wheels=("$WHEELS"/*.whl)
+shopt -u nullglob
+WHEEL_PY=$(cat "$WHEELS/python-version" 2>/dev/null || echo 3.12)
+if ((${#wheels[@]} == 0)); then
+    note="no wheel folder $WHEELS (or no wheels in it): using what this Python has;"
+    note+=" prepare it with 'bash scripts/gpu_wheels.sh' and carry .whl"
+    log "== wheels: skipped: $note"
+    record wheels skipped "" 0 "" "$note" "pip install --target $SITE $WHEELS/*.whl"
+else
+    mkdir -p "$SITE"
+    # --no-index --no-deps: nothing can be fetched there, and the folder holds every need.
+    # --python-version: the wheels are for the GPU machine's Python (a rehearsal here may run
+    # another; pip then still checks that the set installs for that one).
+    run_step wheels 60 "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --only-binary=:all: --python-version "$WHEEL_PY" --target "$SITE" "${wheels[@]}"
+fi
+
+# -- env: what is here; stop with one line if the check cannot run ------------------------
+env_flags=(--out "$OUT/env.json" --site "$SITE")
+[[ $DRY_RUN == 1 ]] && env_flags+=(--dry-run)
+LAST_RC=0
+run_step env 60 "$PY" scripts/gpu_check_tools.py env "${env_flags[@]}"
+if ((LAST_RC != 0)); then
+    why=$(grep -h '^gpu_check: cannot run' "$WORK/env.out" 2>/dev/null || true)
+    for s in kernels tests $(tr ',' ' ' <<<"$SIZES" | sed 's/[^ ]*/bench-&/g'); do
+        record "$s" skipped "" 0 "" "not run: the environment check failed" ""
+    done
+    write_summary 1
+    echo "${why:-gpu_check: cannot run: the environment check failed (exit $LAST_RC), see $LOG}"
+    exit 2
+fi
+
+# -- kernels: every variant compiled for this GPU (registers, spills) ----------------------
+ARCH=$("$PY" scripts/gpu_check_tools.py arch "$OUT/env.json")
+if selected kernels; then
+    run_step kernels 90 "$PY" scripts/compile_device_kernels.py --arch "$ARCH" --json "$OUT/kernels.json"
+else
+    record kernels skipped "" 0 "" "not selected (--only $ONLY)" ""
+fi
+
+# -- tests: the CUDA cases (ids ending in -cuda / [cuda]; without a GPU they skip) --------
+if selected tests; then
+    # shellcheck disable=SC2086  # extra pytest arguments are words on purpose
+    run_step tests 180 "$PY" -m pytest -q -p no:cacheprovider -k cuda --timeout 120 \
+        --junitxml "$OUT/tests.xml" ${CCDDP_GPU_CHECK_PYTEST_ARGS:-} \
+        tests/test_device_aead.py tests/test_device_channel.py
+else
+    record tests skipped "" 0 "" "not selected (--only $ONLY)" ""
+fi
+
+# -- bench: seal/open GB/s with and without pads, beside a device copy -------------------
+for size in ${SIZES//,/ }; do
+    if selected bench; then
+        case $size in 16M) cap=60 ;; 64M) cap=90 ;; *) cap=45 ;; esac
+        run_step "bench-$size" "$cap" "$PY" -m ccddp.cli bench channel --device cuda --size "$size" \
+            --json "$WORK/bench-$size.json"
+    else
+        record "bench-$size" skipped "" 0 "" "not selected (--only $ONLY)" ""
+    fi
+done
+if selected bench; then
+    log "== bench: merged into bench.json"
+    "$PY" scripts/gpu_check_tools.py bench --dir "$WORK" --sizes "$SIZES" --out "$OUT/bench.json" 2>&1 \
+        | tee -a "$LOG" || log "bench: could not merge the results"
+fi
+
+write_summary 1
+failed=$(awk -F'\t' '$2 == "failed" || $2 == "timeout" || $6 ~ /^not run/ {printf "%s%s", sep, $1; sep = " "}' "$STEPS")
+log "== done in $((SECONDS - START))s; files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+if [[ -n $failed ]]; then
+    log "gpu_check: not ok: $failed"
+    exit 1
+fi
+log "gpu_check: ok"

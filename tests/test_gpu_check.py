@@ -1,0 +1,190 @@
+"""scripts/gpu_check.sh, the one-command GPU check, rehearsed without a GPU (``--dry-run``):
+its own logic end to end -- the wheel install, the environment record, every step run
+under its timeout and recorded, a failed step recorded while the next ones run, the
+one-line stop when the check cannot run, and the files it leaves (at most 8, all at the
+top of OUT, names the device tool brings back).
+
+On a machine with a GPU the same script runs the CUDA tests and benchmarks; here their
+CUDA cases skip ("no GPU") and ``bench channel --device cuda`` says it has no device.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+WHEELS = ROOT / ".whl"
+SIZES = ["4K", "64K", "1M", "16M", "64M"]
+STEPS = ["wheels", "env", "kernels", "tests"] + [f"bench-{s}" for s in SIZES]
+FILES = {"gpu-check.log", "env.json", "kernels.json", "tests.xml", "bench.json", "summary.json"}
+#: What the device tool brings back from OUT: names of letters, digits, '.', '_', '-'.
+NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def _have_wheels() -> bool:
+    return any(WHEELS.glob("*.whl"))
+
+
+def _run(tmp_path: Path, *args: str, env: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
+    """The script as the device would run it: from the repository root, OUT set."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("CCDDP_GPU", "CCDDP_GCM", "TRITON_INTERPRET"))}
+    full = {**base, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, **(env or {})}
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=full, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _summary(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "summary.json").read_text())
+
+
+def _steps(summary: dict) -> dict:
+    return {s["name"]: s for s in summary["steps"]}
+
+
+def _check_files(out: Path) -> set[str]:
+    entries = list(out.iterdir())
+    assert len(entries) <= 8, entries
+    for p in entries:
+        assert p.is_file() and not p.is_symlink(), f"{p.name}: only plain files at the top of OUT come back"
+        assert NAME.match(p.name), p.name
+        assert p.stat().st_size <= 16 << 20, p.name
+    return {p.name for p in entries}
+
+
+def test_dry_run_runs_every_step_and_records_it(tmp_path):
+    r = _run(tmp_path, "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "gpu_check: ok"
+    out = tmp_path / "out"
+    assert _check_files(out) == FILES
+
+    summary = _summary(tmp_path)
+    assert summary["schema"] == "ccddp.gpu-check/1"
+    assert summary["dry_run"] and summary["complete"] and summary["ok"]
+    assert summary["elapsed_s"] <= summary["budget_s"] <= 480
+    assert [s["name"] for s in summary["steps"]] == STEPS
+    steps = _steps(summary)
+    for name, s in steps.items():
+        assert s["status"] in ("ok", "skipped") and isinstance(s["seconds"], int), s
+        if s["status"] == "ok":
+            assert s["rc"] == 0 and s["command"] and 0 < s["timeout_s"] <= 180, s
+    assert steps["tests"]["command"].split()[1:4] == ["-m", "pytest", "-q"]
+    assert "-k cuda" in steps["tests"]["command"] and f"--junitxml {out / 'tests.xml'}" in steps["tests"]["command"]
+    assert all(f"bench channel --device cuda --size {s} " in steps[f"bench-{s}"]["command"] for s in SIZES)
+
+    env = json.loads((out / "env.json").read_text())
+    assert env["torch"] == torch.__version__
+    assert env["triton"] == importlib.metadata.version("triton")
+    assert env["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert env["missing"] == [] and env["ccddp_file"].startswith(str(ROOT / "src"))
+    assert env["triton_interpret"] is None            # the check compiles: it unset TRITON_INTERPRET
+    if _have_wheels():
+        assert steps["wheels"]["status"] == "ok" and "--no-index --no-deps" in steps["wheels"]["command"]
+        assert env["cryptography_from_wheel_site"], env["cryptography_file"]
+        assert env["gcm_vectors"] == str(WHEELS / "gcm-vectors")
+    else:
+        assert steps["wheels"]["status"] == "skipped" and "scripts/gpu_wheels.sh" in steps["wheels"]["note"]
+
+    kernels = json.loads((out / "kernels.json").read_text())
+    arch = int(env["capability"].replace(".", "")) if env.get("capability") else 90
+    assert kernels["arch"] == arch and len(kernels["kernels"]) == 9
+    assert all(k["registers"] for k in kernels["kernels"])
+
+    suite = ET.parse(out / "tests.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    assert int(suite.get("tests")) > 200 and int(suite.get("failures")) == int(suite.get("errors")) == 0
+    if not torch.cuda.is_available():
+        assert int(suite.get("skipped")) == int(suite.get("tests")) - 1      # all but the bench command's test
+
+    bench = json.loads((out / "bench.json").read_text())
+    assert [b["size"] for b in bench["sizes"]] == SIZES
+    if not torch.cuda.is_available():
+        for b in bench["sizes"]:
+            assert b["rc"] == 0 and not b["measured"]
+            assert b["line"] == "ccddp bench channel --device cuda: no CUDA device here; nothing measured"
+        assert bench["targets_64M"] is None
+    log = (out / "gpu-check.log").read_text()
+    assert all(f"== {name}" in log for name in STEPS if steps[name]["status"] == "ok")
+
+
+def test_a_failed_step_is_recorded_and_the_next_ones_run(tmp_path):
+    """A size the bench refuses fails its step; the size after it still runs; the steps
+    left out by --only are recorded as such; a missing wheel folder is named, not fatal."""
+    r = _run(tmp_path, "--dry-run", "--only", "bench",
+             env={"CCDDP_GPU_CHECK_SIZES": "1Q,4K", "CCDDP_GPU_WHEELS": str(tmp_path / "no-wheels")})
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "gpu_check: not ok: bench-1Q"
+    summary = _summary(tmp_path)
+    assert summary["complete"] and not summary["ok"]
+    steps = _steps(summary)
+    assert list(steps) == ["wheels", "env", "kernels", "tests", "bench-1Q", "bench-4K"]
+    assert steps["wheels"]["status"] == "skipped" and "no wheel folder" in steps["wheels"]["note"]
+    assert "bash scripts/gpu_wheels.sh" in steps["wheels"]["note"]
+    assert steps["kernels"]["status"] == steps["tests"]["status"] == "skipped"
+    assert steps["kernels"]["note"].startswith("not selected")
+    assert steps["bench-1Q"]["status"] == "failed" and steps["bench-1Q"]["rc"] == 2
+    assert steps["bench-4K"]["status"] == "ok"
+    assert _check_files(tmp_path / "out") <= FILES
+    bench = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert bench["sizes"][0]["rc"] == 2 and "cannot read size" in bench["sizes"][0]["line"]
+
+
+def test_the_check_stops_with_one_line_when_it_cannot_run(tmp_path):
+    """No Triton (a module that refuses to import stands first on the path): one line says
+    so, exit 2, and the summary still lists every step, as not run."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "triton.py").write_text('raise ImportError("blocked for this test")\n')
+    r = _run(tmp_path, "--dry-run", env={"PYTHONPATH": str(blocker), "CCDDP_GPU_WHEELS": str(tmp_path / "none")})
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:]
+    lines = [line for line in r.stdout.splitlines() if "cannot run" in line]
+    assert len(set(lines)) == 1 and lines[-1] == r.stdout.strip().splitlines()[-1]
+    assert lines[-1].startswith("gpu_check: cannot run: Triton is not importable (ImportError: blocked for this test)")
+    summary = _summary(tmp_path)
+    assert [s["name"] for s in summary["steps"]] == STEPS and not summary["ok"]
+    steps = _steps(summary)
+    assert steps["env"]["status"] == "failed" and steps["env"]["rc"] == 2
+    assert all(steps[n]["status"] == "skipped" and steps[n]["note"].startswith("not run") for n in STEPS[2:])
+    assert json.loads((tmp_path / "out" / "env.json").read_text())["missing"]
+    assert _check_files(tmp_path / "out") == {"gpu-check.log", "env.json", "summary.json"}
+
+
+def test_the_wheel_folder_installs_for_the_gpu_python(tmp_path, monkeypatch):
+    """.whl (made by scripts/gpu_wheels.sh; a fresh clone has none) installs into an empty
+    folder with no index and no dependency resolution, for the Python it was made for, and
+    cryptography imports from there and works."""
+    if not _have_wheels():
+        pytest.skip("no .whl folder: scripts/gpu_wheels.sh prepares it (a fresh clone, as in CI, has none); "
+                    "the missing-folder path is covered by test_a_failed_step_is_recorded_and_the_next_ones_run")
+    target = tmp_path / "site"
+    python_version = (WHEELS / "python-version").read_text().strip()
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+                    "--no-deps", "--only-binary=:all:", "--python-version", python_version, "--target", str(target),
+                    *map(str, sorted(WHEELS.glob("*.whl")))], check=True, timeout=120)
+    installed = {p.name.split("-")[0] for p in target.glob("*.dist-info")}
+    assert installed == {"cryptography", "cffi", "pycparser"}
+    code = ("import cryptography; from cryptography.hazmat.primitives.ciphers.aead import AESGCM; "
+            "a = AESGCM(bytes(32)); assert a.decrypt(bytes(12), a.encrypt(bytes(12), b'x', b''), b'') == b'x'; "
+            "print(cryptography.__file__)")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(target)},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith(str(target))
+    # The NIST vectors carried beside the wheels read as the package's do.
+    from _gcm_vectors import gcm_vectors
+
+    monkeypatch.setenv("CCDDP_GCM_VECTORS", str(WHEELS / "gcm-vectors"))
+    assert len({v.shape for v in gcm_vectors("gcmEncryptExtIV256.rsp")}) == 175
+    assert any(v.pt is None for v in gcm_vectors("gcmDecrypt256.rsp"))
