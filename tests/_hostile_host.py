@@ -4,8 +4,9 @@ The threat model gives the host every byte torch.distributed carries. These test
 it below ccddp, at torch.distributed's own functions, so the same attack runs against
 any version of ccddp's code: :class:`HostileHost` wraps the calls through which a rank
 receives bytes (broadcast, the all-gathers, irecv) and hands each received tensor to a
-``rewrite`` callback before ccddp sees it. The ccddp backend's internal links are bare
-gloo backends, used through their own methods: their ``recv`` is wrapped too.
+``rewrite`` callback before ccddp sees it. ccddp's links use process groups' own methods
+(registered groups and the ccddp backend's bare gloo backends alike): their ``recv`` and
+``allgather`` are wrapped too.
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ class _Done:
 
 
 class _RewrittenRecv:
-    """An irecv whose buffer is rewritten when it is waited for."""
+    """A receive (or all-gather) whose buffers are rewritten when it is waited for."""
 
-    def __init__(self, work, tensor: torch.Tensor, host: "HostileHost") -> None:
-        self._work, self._tensor, self._host = work, tensor, host
+    def __init__(self, work, tensor: torch.Tensor, host: "HostileHost", kind: str = "irecv",
+                 tensors: "list[torch.Tensor] | None" = None) -> None:
+        self._work, self._host, self._kind = work, host, kind
+        self._tensors = tensors if tensors is not None else [tensor]
 
     def wait(self, *args) -> bool:
         done = self._work.wait(*args)
-        self._host.rewrite("irecv", [self._tensor])
+        self._host.rewrite(self._kind, self._tensors)
         return done
 
     def is_completed(self) -> bool:
@@ -91,9 +94,20 @@ class HostileHost:
                 return _RewrittenRecv(work, tensors[0], self) if self.active else work
             return call
 
-        orig = dist.ProcessGroupGloo.recv
-        self._saved.append((dist.ProcessGroupGloo, "recv", orig))
-        dist.ProcessGroupGloo.recv = wrap_backend_recv(orig)
+        def wrap_backend_allgather(orig):
+            def call(backend, outputs, inputs, *args, **kwargs):
+                work = orig(backend, outputs, inputs, *args, **kwargs)
+                if not self.active:
+                    return work
+                return _RewrittenRecv(work, inputs[0], self, "all_gather", list(outputs[0]))
+            return call
+
+        for cls in (dist.ProcessGroupGloo, dist.ProcessGroup):
+            for name, make in (("recv", wrap_backend_recv), ("allgather", wrap_backend_allgather)):
+                orig = cls.__dict__.get(name)
+                if orig is not None:
+                    self._saved.append((cls, name, orig))
+                    setattr(cls, name, make(orig))
         return self
 
     def uninstall(self) -> None:

@@ -237,14 +237,14 @@ def _tree_rounds_rank(rank, n):
     out = {}
     for impl in ("ring", "secure"):
         g = _group(impl, algorithm="tree", segment_bytes=1024)
-        real_buffer = g.buffer
+        real_take = g.arena.take
 
-        def buffer(name, nbytes, real_buffer=real_buffer):
+        def take(name, nbytes, real_take=real_take):
             if name.startswith("tree-") and name.endswith("rx"):
                 asked.append(nbytes)
-            return real_buffer(name, nbytes)
+            return real_take(name, nbytes)
 
-        g.buffer = buffer
+        g.arena.take = take
         x = torch.randn(10_007, generator=torch.Generator().manual_seed(rank))
         ref = x.clone()
         dist.all_reduce(ref)
@@ -355,24 +355,18 @@ def test_descriptors_travel_with_the_data_on_a_tag_of_their_own():
 
 
 def _directions_rank(rank, n):
-    import torch.distributed as dist
-
     from ccddp.comm import all_reduce
 
     g = _group("secure")
-    sent_on, real_isend = [], dist.isend
+    sent_on, real_post = [], g.transport.post_send
 
-    def recording_isend(tensor, dst, group=None, tag=0):
-        sent_on.append((dst, "downward" if group is g.transport.downward else
-                        "main" if group is g.pg else "other"))
-        return real_isend(tensor, dst, group=group, tag=tag)
+    def recording_post(pg, frame, dst, tag):
+        sent_on.append((dst, "downward" if pg is g.transport.downward else "main" if pg is g.pg else "other"))
+        return real_post(pg, frame, dst, tag)
 
-    dist.isend = recording_isend
-    try:
-        x = torch.ones(5000)
-        all_reduce(x, g)
-    finally:
-        dist.isend = real_isend
+    g.transport.post_send = recording_post
+    x = torch.ones(5000)
+    all_reduce(x, g)
     return {"ok": bool((x == n).all()), "links": sorted(set(sent_on)),
             "distinct": g.transport.downward is not None and g.transport.downward is not g.pg}
 
@@ -397,7 +391,7 @@ def _send_slots_rank(rank, n):
     x = torch.full((1 << 20,), float(rank + 1))          # 4 MiB: 32 segments per rank and step
     all_reduce(x, g)
     ok = bool(torch.all(x == n * (n + 1) / 2))
-    tx = g._buffers["tx"].numel()                       # the send frames' memory
+    tx = g.arena.cached_bytes("tx")                      # the send frames' memory
     g.close()
     return ok, tx, SEND_SLOTS * ((64 << 10) + TAG_BYTES)
 

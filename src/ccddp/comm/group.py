@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-import torch
 import torch.distributed as dist
 
+from ccddp.comm.frames import FrameArena
 from ccddp.comm.settings import CommSettings
 from ccddp.comm.transport import Transport
 from ccddp.crypto.channel import LinkChannel, NonceRecorder, link_id
@@ -36,7 +36,6 @@ from ccddp.errors import ConfigError
 # Link ids above this mark group-key channels (owner in the low bits), so their nonces
 # never collide with a per-link channel's even though the keys differ anyway.
 _GROUP_LINK_BASE = 0xFFFF0000
-_MAX_CACHED_BYTES = 256 << 20
 
 
 class SecureGroup:
@@ -93,7 +92,7 @@ class SecureGroup:
         self._tx: dict[int, LinkChannel] = {}
         self._rx: dict[int, LinkChannel] = {}
         self._group_rx: dict[int, LinkChannel] = {}
-        self._buffers: dict[str, torch.Tensor] = {}
+        self.arena = FrameArena("cpu")
         # What every collective's descriptor carries of the settings; computed once.
         self.settings_digest = bytes.fromhex(digest(self.settings.fingerprint().encode()))[:16]
         # Keys the gloo tags of collectives' data (collectives.data_tag): the tag is seen
@@ -145,19 +144,6 @@ class SecureGroup:
                 counters=self.counters, recorder=self.recorder, **self.settings.channel_options())
         return self._group_rx[owner]
 
-    # -- buffers -------------------------------------------------------------------
-    def buffer(self, name: str, nbytes: int) -> torch.Tensor:
-        """A reusable uint8 scratch tensor of at least ``nbytes`` (grown, never shrunk)."""
-        if nbytes > _MAX_CACHED_BYTES:
-            # DDP's first iteration all-reduces every gradient as one bucket: give it a
-            # temporary buffer rather than keeping gigabytes for the rest of the run.
-            return torch.empty(nbytes, dtype=torch.uint8)
-        buf = self._buffers.get(name)
-        if buf is None or buf.numel() < nbytes:
-            buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
-            self._buffers[name] = buf
-        return buf[:nbytes]
-
     def next_seq(self) -> int:
         self.seq += 1
         return self.seq
@@ -170,4 +156,4 @@ class SecureGroup:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
-        self._buffers.clear()
+        self.arena.clear()

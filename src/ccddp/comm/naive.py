@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 import torch
 
+from ccddp.comm.frames import FrameSpec, frames_of
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.pipeline import dtype_name
-from ccddp.comm.plan import Step, segment_bounds
+from ccddp.comm.plan import Step
 from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
@@ -30,47 +31,39 @@ def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq
         _run_step(g, flat, st, op, seq, tag, gate, reduction)
 
 
-def _frames(g: SecureGroup, region: tuple[int, int], isz: int, name: str) -> list:
-    """``(j, a, b, nbytes, frame)`` per AEAD frame of ``region``, in one arena."""
-    segs = segment_bounds(*region, max(1, MAX_FRAME_BYTES // isz))
-    arena = g.buffer(name, sum((b - a) * isz + TAG_BYTES for a, b in segs))
-    out, off = [], 0
-    for j, (a, b) in enumerate(segs):
-        n = (b - a) * isz
-        out.append((j, a, b, n, arena[off:off + n + TAG_BYTES]))
-        off += n + TAG_BYTES
-    return out
-
-
 def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, tag: int, gate,
               reduction: Reduction) -> None:
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     where = f"{op.name.lower()}#{seq}"
-    recvs, sends = [], []
-    if st.recv_peer is not None:
-        recvs = [(f, tr.irecv(f[4], st.recv_peer, tag)) for f in _frames(g, st.recv_region, isz, "rx")]
-    if st.send_peer is not None:
-        for j, a, b, n, frame in _frames(g, st.send_region, isz, "tx"):
-            aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, g.rank, st.send_peer,
-                               n, dtype).pack()
-            g.tx(st.send_peer).seal(u8[a * isz:b * isz].numpy(), frame.numpy(), aad)
-            sends.append(tr.isend(frame, st.send_peer, tag))
+    seg_elems = max(1, MAX_FRAME_BYTES // isz)  # one frame per chunk unless AES-GCM's limit cuts it
+    sends = frames_of(st.index, st.send_peer, st.send_region, seg_elems, isz)
+    recvs = frames_of(st.index, st.recv_peer, st.recv_region, seg_elems, isz)
+
+    def aad(f: FrameSpec, src: int, dst: int) -> bytes:
+        return FrameContext(g.session_id, seq, op, st.phase, st.wire_step, f.segment, src, dst, f.nbytes,
+                            dtype).pack()
+
+    rx = g.arena.layout("rx", [f.nbytes + TAG_BYTES for f in recvs])
+    posted = [(f, frame, tr.irecv(frame, f.peer, tag)) for f, frame in zip(recvs, rx)]
+    sent = []
+    for f, frame in zip(sends, g.arena.layout("tx", [f.nbytes + TAG_BYTES for f in sends])):
+        g.tx(f.peer).seal(f.plain(u8).numpy(), frame.numpy(), aad(f, g.rank, f.peer))
+        sent.append(tr.isend(frame, f.peer, tag))
+    if sends:
         g.counters.add_message(sealed=True)
-    if recvs:
+    if posted:
         gate()
-    for (j, a, b, n, rx_frame), work in recvs:
-        tr.wait(work, st.recv_peer, FrameLabel(f"{st.recv_peer}->{g.rank}", where, st.index, j))
-        aad = FrameContext(g.session_id, seq, op, st.phase, st.wire_step, j, st.recv_peer, g.rank,
-                           n, dtype).pack()
+    for f, frame, work in posted:
+        tr.wait(work, f.peer, FrameLabel(f"{f.peer}->{g.rank}", where, st.index, f.segment))
         if st.action == "copy":
-            g.rx(st.recv_peer).open(rx_frame.numpy(), u8[a * isz:b * isz].numpy(), aad,
-                                    collective=where, step=st.index, segment=j)
+            g.rx(f.peer).open(frame.numpy(), f.plain(u8).numpy(), aad(f, f.peer, g.rank), collective=where,
+                              step=st.index, segment=f.segment)
         else:
-            plain = rx_frame[:n]  # opened in place, as in the pipelined engine
-            g.rx(st.recv_peer).open(rx_frame.numpy(), plain.numpy(), aad, collective=where, step=st.index,
-                                    segment=j)
-            reduction.combine(flat[a:b], plain.view(flat.dtype))
-    if recvs:
+            plain = frame[:f.nbytes]  # opened in place, as in the pipelined engine
+            g.rx(f.peer).open(frame.numpy(), plain.numpy(), aad(f, f.peer, g.rank), collective=where,
+                              step=st.index, segment=f.segment)
+            reduction.combine(flat[f.start:f.end], plain.view(flat.dtype))
+    if posted:
         g.counters.add_message(sealed=False)
-    for work in sends:
+    for work in sent:
         tr.wait(work, st.send_peer, FrameLabel(f"{g.rank}->{st.send_peer}", where, st.index))

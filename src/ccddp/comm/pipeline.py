@@ -29,11 +29,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from ccddp.comm.frames import FrameSpec, SlotState, step_frames
 from ccddp.comm.group import SecureGroup
-from ccddp.comm.plan import Step, segment_bounds
+from ccddp.comm.plan import Step
 from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
@@ -54,9 +56,18 @@ def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def _pick(segs: list, js: range) -> list:
-    """``(j, segs[j])`` for the indices ``js`` this list has."""
-    return [(j, segs[j]) for j in range(js.start, min(js.stop, len(segs)))]
+def _pick(frames: list[FrameSpec], js: range) -> list[FrameSpec]:
+    """The frames of segment indices ``js`` (those this step has)."""
+    return frames[js.start:js.stop]
+
+
+@dataclass
+class SendSlot:
+    """A reused send frame: its state, and while SENDING the send's work and peer."""
+
+    state: SlotState = SlotState.FREE
+    work: object = None
+    peer: int = -1
 
 
 def _run_all(jobs) -> None:
@@ -77,15 +88,14 @@ class _Pipeline:
         self.u8 = flat.view(torch.uint8)
         self.dtype = dtype_name(flat)
         seg_elems = max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // self.isz)
-        self.send_segs = [segment_bounds(*st.send_region, seg_elems) if st.send_region else [] for st in steps]
-        self.recv_segs = [segment_bounds(*st.recv_region, seg_elems) if st.recv_region else [] for st in steps]
+        self.sends, self.recvs = step_frames(steps, seg_elems, self.isz)
         self.where = f"{op.name.lower()}#{seq}"
         self.rx_frames: dict[tuple[int, int], torch.Tensor] = {}
         self.rx_work: dict[tuple[int, int], object] = {}
-        # Sends not yet waited for: of frames outside the slots (plaintext segments,
-        # forwarded ciphertext), and per slot the last send from it, or "sealing".
+        # Sends of frames outside the slots (plaintext segments, forwarded ciphertext) not
+        # yet waited for.
         self.send_work: list[tuple[object, int]] = []
-        self.slot_sends: list = []
+        self.slots: list[SendSlot] = []
         self.pending: deque = deque()
 
     # -- frames --------------------------------------------------------------------
@@ -97,78 +107,67 @@ class _Pipeline:
         """Step ``s`` sends a frame it received, unchanged, instead of sealing one."""
         return self._forwarding(s) and s > 0 and self.steps[s - 1].phase == Phase.ALL_GATHER
 
-    def _ctx(self, s: int, j: int, src: int, dst: int, nbytes: int) -> bytes:
-        st = self.steps[s]
-        return FrameContext(self.g.session_id, self.seq, self.op, st.phase, st.wire_step, j,
-                            src, dst, nbytes, self.dtype).pack()
+    def _ctx(self, f: FrameSpec, src: int, dst: int) -> bytes:
+        st = self.steps[f.step]
+        return FrameContext(self.g.session_id, self.seq, self.op, st.phase, st.wire_step, f.segment,
+                            src, dst, f.nbytes, self.dtype).pack()
 
-    def _group_ctx(self, owner: int, j: int, nbytes: int) -> bytes:
+    def _group_ctx(self, owner: int, f: FrameSpec) -> bytes:
         # Identical for every receiver: the frame is forwarded unchanged around the ring.
-        return FrameContext(self.g.session_id, self.seq, self.op, Phase.ALL_GATHER, 0, j,
-                            owner, ANY_RANK, nbytes, self.dtype).pack()
+        return FrameContext(self.g.session_id, self.seq, self.op, Phase.ALL_GATHER, 0, f.segment,
+                            owner, ANY_RANK, f.nbytes, self.dtype).pack()
 
     def segments_per_round(self) -> int:
         """Segment indices per round: the most whose receive frames of every step fit
         :data:`ROUND_BYTES` (at least one)."""
         tag = TAG_BYTES if self.secure else 0
-        per_index = max(1, sum(max(((b - a) * self.isz + tag for a, b in segs), default=0)
-                               for segs in self.recv_segs))
+        per_index = max(1, sum(max((f.nbytes + tag for f in frames), default=0) for frames in self.recvs))
         return max(1, ROUND_BYTES // per_index)
 
     def post_receives(self, js: range) -> None:
-        """Post the receives of segments ``js`` of every step; allocate their send frames."""
+        """Post the receives of segments ``js`` of every step; size the send slots."""
         tag = TAG_BYTES if self.secure else 0
-        mine = [_pick(segs, js) for segs in self.recv_segs]
-        total = sum((b - a) * self.isz + tag for segs in mine for _, (a, b) in segs)
-        arena = self.g.buffer("rx", total)
+        # Plaintext copies land in place; everything else in the arena's receive buffer.
+        in_place = [not self.secure and st.action == "copy" for st in self.steps]
+        mine = [f for s, frames in enumerate(self.recvs) for f in _pick(frames, js)]
+        arena = iter(self.g.arena.layout("rx", [f.nbytes + tag for f in mine if not in_place[f.step]]))
         self.rx_frames.clear()
         self.rx_work.clear()
-        off = 0
-        for s, st in enumerate(self.steps):
-            if st.recv_peer is None:
-                continue
-            for j, (a, b) in mine[s]:
-                if not self.secure and st.action == "copy":
-                    frame = self.u8[a * self.isz:b * self.isz]
-                else:
-                    n = (b - a) * self.isz + tag
-                    frame = arena[off:off + n]
-                    off += n
-                self.rx_frames[s, j] = frame
-                if frame.numel():
-                    self.rx_work[s, j] = self.g.transport.irecv(frame, st.recv_peer, self.tag)
+        for f in mine:
+            frame = f.plain(self.u8) if in_place[f.step] else next(arena)
+            self.rx_frames[f.step, f.segment] = frame
+            if frame.numel():
+                self.rx_work[f.step, f.segment] = self.g.transport.irecv(frame, f.peer, self.tag)
         if self.secure:
-            sealed = [b - a for s in range(len(self.steps)) if not self._forwards(s)
-                      for _, (a, b) in _pick(self.send_segs[s], js)]
-            self.slot_bytes = max(sealed, default=0) * self.isz + TAG_BYTES
+            sealed = [f.nbytes for s in range(len(self.steps)) if not self._forwards(s)
+                      for f in _pick(self.sends[s], js)]
+            self.slot_bytes = max(sealed, default=0) + TAG_BYTES
             nslots = max(1, min(SEND_SLOTS, len(sealed)))
-            self.slots = self.g.buffer("tx", nslots * self.slot_bytes)
-            self.slot_sends = [None] * nslots
+            self.slot_memory = self.g.arena.take("tx", nslots * self.slot_bytes)
+            self.slots = [SendSlot() for _ in range(nslots)]
             self._next_slot = 0
 
     def recv_job(self, s: int, j: int):
         """The job that applies received segment ``(s, j)``; counters are taken now."""
         st = self.steps[s]
-        a, b = self.recv_segs[s][j]
-        region = self.flat[a:b]
+        f = self.recvs[s][j]
+        region = self.flat[f.start:f.end]
         frame = self.rx_frames[s, j]
         if not self.secure:
             if st.action != "reduce":
                 return None
             return lambda: self.reduction.combine(region, frame.view(self.flat.dtype))
-        nbytes = (b - a) * self.isz
         if self._forwarding(s):
-            ch, aad = self.g.group_channel(st.recv_chunk), self._group_ctx(st.recv_chunk, j, nbytes)
+            ch, aad = self.g.group_channel(st.recv_chunk), self._group_ctx(st.recv_chunk, f)
         else:
-            ch, aad = self.g.rx(st.recv_peer), self._ctx(s, j, st.recv_peer, self.g.rank, nbytes)
+            ch, aad = self.g.rx(f.peer), self._ctx(f, f.peer, self.g.rank)
         if j == 0:
             self.g.counters.add_message(sealed=False)
         if st.action == "copy":
-            return ch.open_job(frame.numpy(), self.u8[a * self.isz:b * self.isz].numpy(), aad,
-                               collective=self.where, step=s, segment=j)
+            return ch.open_job(frame.numpy(), f.plain(self.u8).numpy(), aad, collective=self.where, step=s, segment=j)
         # Open in place (OpenSSL's GCM allows out == in): the frame's first bytes become
         # the plaintext, saving a scratch buffer and a pass over memory.
-        plain = frame[:nbytes]
+        plain = frame[:f.nbytes]
         opened = ch.open_job(frame.numpy(), plain.numpy(), aad, collective=self.where, step=s, segment=j)
         as_dtype = plain.view(self.flat.dtype)
 
@@ -181,20 +180,18 @@ class _Pipeline:
     def send_frame(self, s: int, j: int):
         """``(frame, job, slot)`` for sent segment ``(s, j)``: the job fills the frame;
         ``slot`` is None for a frame outside the send slots."""
-        st = self.steps[s]
-        a, b = self.send_segs[s][j]
-        plain = self.u8[a * self.isz:b * self.isz]
+        f = self.sends[s][j]
+        plain = f.plain(self.u8)
         if not self.secure:
             return plain, None, None
         if self._forwards(s):
             return self.rx_frames[s - 1, j], None, None
-        nbytes = (b - a) * self.isz
         k = self._take_slot()
-        frame = self.slots[k * self.slot_bytes:k * self.slot_bytes + nbytes + TAG_BYTES]
+        frame = self.slot_memory[k * self.slot_bytes:k * self.slot_bytes + f.nbytes + TAG_BYTES]
         if self._forwarding(s):
-            ch, aad = self.g.group_channel(self.g.rank), self._group_ctx(self.g.rank, j, nbytes)
+            ch, aad = self.g.group_channel(self.g.rank), self._group_ctx(self.g.rank, f)
         else:
-            ch, aad = self.g.tx(st.send_peer), self._ctx(s, j, self.g.rank, st.send_peer, nbytes)
+            ch, aad = self.g.tx(f.peer), self._ctx(f, self.g.rank, f.peer)
         if j == 0:
             self.g.counters.add_message(sealed=True)
         return frame, ch.seal_job(plain.numpy(), frame.numpy(), aad), k
@@ -202,19 +199,20 @@ class _Pipeline:
     def _take_slot(self) -> int:
         """The next send slot, once the last frame sealed into it has been sent."""
         k = self._next_slot
-        self._next_slot = (k + 1) % len(self.slot_sends)
-        if self.slot_sends[k] == "sealing":
+        self._next_slot = (k + 1) % len(self.slots)
+        if self.slots[k].state is SlotState.SEALING:
             self.flush(block=True)
         self._wait_slot(k)
-        self.slot_sends[k] = "sealing"
+        self.slots[k].state = SlotState.SEALING
         return k
 
     def _wait_slot(self, k: int) -> None:
         # A gloo send's completion is consumed by the wait that sees it (a second wait on
         # the same work blocks until the timeout), so each send is waited for once.
-        if self.slot_sends[k] is not None:
-            work, peer = self.slot_sends[k]
-            self.slot_sends[k] = None
+        slot = self.slots[k]
+        if slot.state is SlotState.SENDING:
+            work, peer = slot.work, slot.peer
+            self.slots[k] = SendSlot()
             # A peer that called a different collective never receives this send: check
             # the descriptors first, so that fails with what differs, not a timeout.
             self.gate()
@@ -235,13 +233,13 @@ class _Pipeline:
                 if k is None:
                     self.send_work.append((work, peer))
                 else:
-                    self.slot_sends[k] = (work, peer)
+                    self.slots[k] = SendSlot(SlotState.SENDING, work, peer)
             elif k is not None:
-                self.slot_sends[k] = None
+                self.slots[k] = SendSlot()
 
     def run(self) -> None:
         per_round = self.segments_per_round()
-        most = max(len(segs) for segs in self.recv_segs + self.send_segs)
+        most = max(len(frames) for frames in self.recvs + self.sends)
         for first in range(0, most, per_round):
             self.run_round(range(first, min(first + per_round, most)))
 
@@ -254,9 +252,10 @@ class _Pipeline:
             has_send = s < len(steps) and steps[s].send_peer is not None
             if not (has_recv or has_send):
                 continue
-            if has_recv and has_send and self.recv_segs[s - 1] != self.send_segs[s]:
+            if has_recv and has_send and ([(f.start, f.end) for f in self.recvs[s - 1]]
+                                          != [(f.start, f.end) for f in self.sends[s]]):
                 raise AssertionError("schedule must send at step s what it received at step s-1")
-            nseg = len(self.send_segs[s] if has_send else self.recv_segs[s - 1])
+            nseg = len(self.sends[s] if has_send else self.recvs[s - 1])
             for j in range(js.start, min(js.stop, nseg)):
                 jobs = []
                 if has_recv:
@@ -286,7 +285,7 @@ class _Pipeline:
         for w, peer in self.send_work:
             tr.wait(w, peer, FrameLabel(f"{self.g.rank}->{peer}", self.where))
         self.send_work.clear()
-        for k in range(len(self.slot_sends)):
+        for k in range(len(self.slots)):
             self._wait_slot(k)
 
 

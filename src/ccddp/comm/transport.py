@@ -6,9 +6,9 @@ so tests (and users checking their cluster) can put an adversary on the link by
 subclassing it (see ``ccddp.comm.adversary``). gloo P2P work objects have no futures;
 completion is polled with ``is_completed`` and awaited with a timeout.
 
-The process groups may be registered torch.distributed groups (used through
-torch.distributed's functions) or bare gloo backends that nothing else knows of (the
-``ccddp`` backend's internal links, used through their own ``send``/``recv``/``allgather``).
+One wire path: a process group's own ``send``/``recv``/``allgather`` in group ranks, which
+a registered torch.distributed group and a bare gloo backend that nothing else knows of
+(the ``ccddp`` backend's internal links) both have.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ class Transport:
         self.downward = downward
         self.rank = pg.rank()
         self.timeout = timedelta(seconds=timeout_s)
-        self._global = global_ranks(pg)
 
     def _link(self, src: int, dst: int) -> dist.ProcessGroup:
         # gloo serializes a connection's reads and writes on one lock, so a rank that
@@ -59,15 +58,11 @@ class Transport:
 
     def post_send(self, pg: dist.ProcessGroup, frame: torch.Tensor, dst: int, tag: int):
         """gloo's send of ``frame`` to group rank ``dst`` on ``pg`` (raises RuntimeError)."""
-        if self._global is None:
-            return pg.send([frame], dst, tag)
-        return dist.isend(frame, self._global[dst], group=pg, tag=tag)
+        return pg.send([frame], dst, tag)
 
     def post_recv(self, pg: dist.ProcessGroup, frame: torch.Tensor, src: int, tag: int):
         """gloo's receive into ``frame`` from group rank ``src`` on ``pg`` (raises RuntimeError)."""
-        if self._global is None:
-            return pg.recv([frame], src, tag)
-        return dist.irecv(frame, self._global[src], group=pg, tag=tag)
+        return pg.recv([frame], src, tag)
 
     def peer_failed(self, e: Exception, what: str) -> PeerTimeoutError:
         """A typed, one-line error for a P2P call that gloo refused (a peer died or timed
@@ -96,19 +91,14 @@ MAX_CONTROL_BYTES = 1 << 26
 
 def all_gather_flat(output: torch.Tensor, input: torch.Tensor, group: dist.ProcessGroup | None = None,
                     timeout_s: float | None = None) -> None:
-    """torch.distributed's plaintext all-gather into one flat tensor, under the name the
-    running torch has: ``all_gather_single`` where it exists (newer versions deprecate
-    ``all_gather_into_tensor`` with a warning on every call), else the older name.
-    With ``timeout_s`` the wait is bounded (the process group's own timeout may be gloo's
-    30 minutes) and ends in :class:`PeerTimeoutError`."""
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    """``output`` = every rank's ``input``, concatenated in rank order: the group's own
+    plaintext all-gather. With ``timeout_s`` the wait is bounded (the process group's own
+    timeout may be gloo's 30 minutes) and ends in :class:`PeerTimeoutError`."""
+    pg = group if group is not None else dist.group.WORLD
+    work = pg.allgather([list(output.chunk(pg.size()))], [input])
     if timeout_s is None:
-        gather(output, input, group=group)
+        work.wait()
         return
-    _bounded(gather(output, input, group=group, async_op=True), timeout_s)
-
-
-def _bounded(work, timeout_s: float) -> None:
     try:
         work.wait(timedelta(seconds=timeout_s))
     except RuntimeError:
@@ -128,26 +118,7 @@ def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None, timeout_s: 
         names = exchange_bytes(socket.gethostname().encode())   # [b"node0", b"node1", ...]
     """
     pg = pg if pg is not None else dist.group.WORLD
-    if global_ranks(pg) is not None:
-        return gather_blobs(blob, pg.size(), lambda out, inp: all_gather_flat(out, inp, group=pg, timeout_s=timeout_s))
-
-    def gather(out: torch.Tensor, inp: torch.Tensor) -> None:
-        # A bare gloo backend: its own all-gather.
-        work = pg.allgather([list(out.chunk(pg.size()))], [inp])
-        if timeout_s is None:
-            work.wait()
-        else:
-            _bounded(work, timeout_s)
-
-    return gather_blobs(blob, pg.size(), gather)
-
-
-def global_ranks(pg: dist.ProcessGroup) -> list[int] | None:
-    """The global ranks of a registered group's members; None for a bare backend."""
-    try:
-        return [dist.get_global_rank(pg, r) for r in range(pg.size())]
-    except (ValueError, RuntimeError):
-        return None
+    return gather_blobs(blob, pg.size(), lambda out, inp: all_gather_flat(out, inp, pg, timeout_s))
 
 
 def gather_blobs(blob: bytes, world_size: int, gather: Callable[[torch.Tensor, torch.Tensor], None]) -> list[bytes]:

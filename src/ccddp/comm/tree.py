@@ -71,21 +71,13 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
     segs = {j: all_segs[j] for j in js}
     tag_bytes = TAG_BYTES if secure else 0
     per_frame = {j: (b - a) * isz for j, (a, b) in segs.items()}
-    round_bytes = sum(per_frame.values()) + tag_bytes * len(js)
 
     def ctx(phase: Phase, j: int, src: int, dst: int) -> bytes:
         return FrameContext(g.session_id, seq, op, phase, 0, j, src, dst, per_frame[j], dtype).pack()
 
     def frames(name: str, count: int) -> list[dict[int, torch.Tensor]]:
-        arena = g.buffer(name, count * round_bytes)
-        out, off = [], 0
-        for _ in range(count):
-            row = {}
-            for j in js:
-                row[j] = arena[off:off + per_frame[j] + tag_bytes]
-                off += per_frame[j] + tag_bytes
-            out.append(row)
-        return out
+        views = iter(g.arena.layout(name, [per_frame[j] + tag_bytes for _ in range(count) for j in js]))
+        return [{j: next(views) for j in js} for _ in range(count)]
 
     up_rx = frames("tree-up-rx", len(children))
     up_work = [{j: tr.irecv(f, c, tag) for j, f in up_rx[i].items()} for i, c in enumerate(children)]
@@ -93,7 +85,7 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
     down_work = {j: tr.irecv(f, parent, tag) for j, f in down_rx[0].items()} if parent is not None else {}
     tx = frames("tree-tx", 1 + len(children)) if secure else None
     sends = []
-    plain = g.buffer("plain", max(per_frame.values())) if secure else None
+    plain = g.arena.take("plain", max(per_frame.values())) if secure else None
 
     def seal_and_send(j: int, dst: int, slot: int, phase: Phase) -> None:
         a, b = segs[j]
