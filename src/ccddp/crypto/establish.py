@@ -46,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import numbers
 import os
 import struct
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ccddp.crypto.keys import KEY_BYTES, SESSION_ID_BYTES, GroupSecret, _hkdf, derive_link_key
+from ccddp.crypto.wirejson import parse_json
 from ccddp.errors import CCDDPError, ConfigError, one_line
 
 ENV_IDENTITY = "CCDDP_IDENTITY"
@@ -69,6 +71,8 @@ _MAGIC = b"ccddp-est/v1"  # 12 bytes
 _BODY = struct.Struct(">12sII32s32s32s16s")  # magic, rank, world, context, x25519, ed25519, nonce
 _SIG_BYTES = 64
 _MAX_EVIDENCE = 1 << 20
+# ~130 bytes an identity: room for half a million.
+_MAX_ALLOWLIST_BYTES = 1 << 26
 _CONFIRM_BYTES = 16
 _WRAPPED_BYTES = KEY_BYTES + 16
 _LABEL = b"ccddp/v1/est/"
@@ -182,8 +186,7 @@ class Allowlist:
         for name, pub in keys.items():
             if len(pub) != 32:
                 raise ConfigError(f"allowlist entry {name!r}: an Ed25519 public key is 32 bytes, got {len(pub)}")
-            allowed = (ranks or {}).get(name)
-            self._by_key[bytes(pub)] = (name, None if allowed is None else frozenset(int(r) for r in allowed))
+            self._by_key[bytes(pub)] = (name, _rank_set(name, (ranks or {}).get(name)))
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -193,8 +196,16 @@ class Allowlist:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"allowlist {p} does not exist (create it with `ccddp keygen`)")
+        # A local file, but one an operator may copy from elsewhere: refused with a
+        # ConfigError however it is malformed (parse_json bounds its size and nesting).
         try:
-            doc = json.loads(p.read_text())
+            data = p.read_bytes()
+        except OSError as e:
+            raise ConfigError(f"allowlist {p} cannot be read: {e.strerror}") from None
+        doc = parse_json(data, what=f"allowlist {p}", max_bytes=_MAX_ALLOWLIST_BYTES, max_depth=8)
+        try:
+            if not isinstance(doc, dict):
+                raise ValueError("it is not a JSON object")
             if doc.get("format") != ALLOWLIST_FORMAT:
                 raise ValueError(f"format is {doc.get('format')!r}, expected {ALLOWLIST_FORMAT!r}")
             keys, ranks = {}, {}
@@ -205,7 +216,7 @@ class Allowlist:
                 keys[name] = bytes.fromhex(e["public_key"])
                 ranks[name] = e.get("ranks")
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ConfigError(f"allowlist {p} is malformed: {e}") from None
+            raise ConfigError(f"allowlist {p} is malformed: {one_line(str(e))}") from None
         return cls(keys, ranks)
 
     def to_json(self) -> str:
@@ -230,6 +241,21 @@ class Allowlist:
             raise EstablishmentError(f"identity {name!r} ({fingerprint(identity_public)}) is allowed only for "
                                      f"rank(s) {sorted(ranks)}, but rank {rank} presented it")
         return name
+
+
+def _rank_set(name: str, allowed: object) -> frozenset[int] | None:
+    """The ranks an allowlist entry may be used by (None: any), or a ConfigError."""
+    if allowed is None:
+        return None
+    try:
+        ok = not isinstance(allowed, (str, bytes, Mapping)) and all(
+            isinstance(r, numbers.Integral) and not isinstance(r, bool) and r >= 0 for r in allowed)
+    except TypeError:  # not iterable
+        ok = False
+    if not ok:
+        raise ConfigError(f"allowlist entry {name!r}: ranks must be a list of non-negative integers, "
+                          f"got {one_line(repr(allowed))[:80]}")
+    return frozenset(int(r) for r in allowed)
 
 
 # -- messages --------------------------------------------------------------------------
