@@ -122,6 +122,29 @@ def test_truncated_frame_is_a_format_error():
         rx.open(frame[:-1], bytearray(64), _aad())
 
 
+def test_refused_frame_buffer_takes_no_nonce():
+    """A seal into a frame buffer of the wrong size fails before the channel takes a
+    nonce: the counter does not move, no nonce is recorded, and the next seal writes the
+    frame a twin channel that never saw the refusal writes for its first message."""
+    recorded = []
+    tx = LinkChannel(KEY, 7, "0->1", rotate_after=2, recorder=lambda k, nonce: recorded.append(nonce))
+    twin, rx = _pair(rotate_after=2)
+    data = os.urandom(64)
+    for wrong in (0, 64, 64 + TAG_BYTES - 1, 64 + TAG_BYTES + 1):
+        with pytest.raises(FrameFormatError, match="frame buffer"):
+            tx.seal(data, bytearray(wrong), _aad())
+    assert tx.counter == 0 and recorded == []
+    for i in range(3):   # past a key rotation: the two stay in step
+        a, b = bytearray(64 + TAG_BYTES), bytearray(64 + TAG_BYTES)
+        tx.seal(data, a, _aad(segment=i))
+        twin.seal(data, b, _aad(segment=i))
+        assert a == b
+        out = bytearray(64)
+        rx.open(a, out, _aad(segment=i))
+        assert bytes(out) == data
+    assert tx.counter == 3 and len(recorded) == 3
+
+
 def test_spliced_context_fails():
     tx, rx = _pair()
     frame = _sealed(tx, step=1)

@@ -217,6 +217,66 @@ def test_tampered_confirmation_or_group_secret_fails(ids, allow, offset, needle)
     assert "as rank 1 reports" in str(results[0]) and "as rank 1 reports" in str(results[2])
 
 
+def _fail_rank1_in_round2(rnd, rank, view):
+    """Rank 0's key-confirmation tag for rank 1, altered on its way to rank 1 only: rank 1
+    fails in round 2, every other rank verifies round 2."""
+    if rnd == 1 and rank == 1:
+        b = bytearray(view[0])
+        b[1 + 16 + 3] ^= 1
+        return [bytes(b)] + list(view[1:])
+    return view
+
+
+@pytest.mark.parametrize("forgery", ["plain ok", "old run's verdict", "round-2 reply", "no verdicts",
+                                     "one verdict short"])
+def test_a_forged_ok_verdict_of_a_failed_rank_stops_every_rank(ids, allow, forgery):
+    """Rank 1 fails in round 2 and says so in its verdict; the host rewrites that verdict
+    into an "ok" before ranks 0 and 2 see it: a plain b"ok", rank 1's "ok" of an earlier
+    run, rank 1's own round-2 reply of this run (valid MACs under the same pair keys, of
+    another round), or it drops verdicts. A rank goes on only on each peer's proof that it
+    verified, so every rank still fails."""
+    _, old_board = establish(ids[:3], allow)
+    old_ok = old_board.rounds[2][1]
+    round2_of_rank1 = {}
+
+    def forge(rnd, rank, view):
+        view = _fail_rank1_in_round2(rnd, rank, view)
+        if rnd == 1 and rank != 1:
+            round2_of_rank1[rank] = view[1]
+        if rnd == 2 and rank != 1:
+            assert view[1][:1] in (b"\x01", b"f")     # rank 1 did fail, and says so
+            if forgery == "no verdicts":
+                return []
+            if forgery == "one verdict short":
+                return view[:2]
+            fake = {"plain ok": b"ok", "old run's verdict": old_ok, "round-2 reply": round2_of_rank1[rank]}[forgery]
+            return [fake if j == 1 else b for j, b in enumerate(view)]
+        return view
+
+    results, _ = establish(ids[:3], allow, tamper=forge)
+    assert_all_fail(results, "derived different keys", "does not authenticate", "verdicts for 3 ranks")
+    assert "derived different keys" in str(results[1])
+    for r in (0, 2):
+        assert "rank 1" in str(results[r]) or "verdicts for" in str(results[r]), results[r]
+
+
+def test_an_honest_verdict_does_not_verify_for_another_rank_or_run(ids, allow):
+    """The verdict's MACs are per pair and per transcript: rank 2's "ok" put in rank 1's
+    slot, or rank 1's "ok" of an earlier run, does not pass."""
+    _, old_board = establish(ids[:3], allow)
+    old_ok = old_board.rounds[2][1]
+    for fake_of in (lambda view: view[2], lambda view: old_ok):
+        def swap(rnd, rank, view, fake_of=fake_of):
+            if rnd == 2 and rank == 0:
+                return [fake_of(view) if j == 1 else b for j, b in enumerate(view)]
+            return view
+
+        results, _ = establish(ids[:3], allow, tamper=swap)
+        assert isinstance(results[0], EstablishmentError), results[0]
+        assert "rank 1's verdict does not authenticate" in str(results[0])
+        assert not isinstance(results[1], Exception) and not isinstance(results[2], Exception)
+
+
 def test_other_settings_fail_every_rank(ids, allow):
     results, _ = establish(ids[:3], allow, contexts=[CONTEXT, CONTEXT, b"other"])
     assert_all_fail(results, "other collective settings", "rank 2 reports", "rank 1 reports", "rank 0 reports")

@@ -36,7 +36,7 @@ from ccddp.comm.reduce import Reduction
 from ccddp.comm.tree import run_tree_allreduce, tree_links
 from ccddp.crypto.aad import DTYPE_NAME_BYTES, FrameContext, Op, Phase, dtype_field
 from ccddp.crypto.channel import TAG_BYTES
-from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
+from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError, one_line
 
 _DESC = struct.Struct(f">BBQ{DTYPE_NAME_BYTES}sI16s")
 
@@ -55,13 +55,26 @@ def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int, reducti
 
 
 def _explain(blob: bytes) -> str:
+    """A descriptor in words, for the error that says how two ranks' collectives differ.
+
+    The peer's descriptor was authenticated before it gets here (it opened on the link
+    from that peer), but a peer on another ccddp version may still name an op or a
+    reduction this one does not know: those are shown as numbers, and a descriptor of
+    another size as its length, so that explaining a mismatch never raises.
+    """
+    if len(blob) != _DESC.size:
+        return f"a descriptor of {len(blob)} bytes (another ccddp version?)"
     op, reduction, numel, dtype, root, _ = _DESC.unpack(blob)
-    name = dtype.rstrip(b"\0").decode(errors="replace")
+    name = one_line(dtype.rstrip(b"\0").decode(errors="replace"))
+    try:
+        op_name = Op(op).name.lower()
+    except ValueError:
+        op_name = f"op {op}"
     try:
         red = Reduction(reduction).name
     except ValueError:
         red = str(reduction)
-    return f"{Op(op).name.lower()} of {numel} {name} elements (root {root}, {red})"
+    return f"{op_name} of {numel} {name} elements (root {root}, {red})"
 
 
 class _Descriptors:

@@ -18,8 +18,12 @@ import json
 
 from ccddp.comm.collectives import all_gather
 from ccddp.comm.group import SecureGroup
-from ccddp.comm.transport import exchange_bytes, gather_blobs
+from ccddp.comm.transport import MAX_CONTROL_BYTES, exchange_bytes, gather_blobs
+from ccddp.crypto.wirejson import parse_json
 from ccddp.errors import ConfigError
+
+# Records and verdicts nest a few levels; far deeper is not one of ccddp's messages.
+_MAX_DEPTH = 64
 
 
 def gather_sealed(blob: bytes, group: SecureGroup) -> list[bytes]:
@@ -44,13 +48,26 @@ def gather_json(obj, group: SecureGroup) -> list:
     """
     blob = json.dumps(obj, sort_keys=True).encode()
     blobs = _gather(blob, group) if group.settings.secure else exchange_bytes(blob, group.pg, group.settings.timeout_s)
-    out = []
-    for r, b in enumerate(blobs):
-        try:
-            out.append(json.loads(b))
-        except ValueError:
-            raise ConfigError(f"rank {r}'s control message is not JSON (is every rank on this ccddp version?)") from None
-    return out
+    return parse_messages(blobs)
+
+
+def parse_messages(blobs: list[bytes]) -> list:
+    """The JSON value of each rank's control message, in rank order; a
+    :class:`~ccddp.errors.ConfigError` naming the rank for any message that is not
+    JSON as :func:`gather_json` writes it (too large, nested too deep, not UTF-8, ...).
+
+    On a secure group every message was authenticated before it gets here (an altered
+    one raised :class:`~ccddp.errors.IntegrityError` in :func:`gather_sealed`), so it was
+    written by a peer that holds the group's keys; on a plaintext group the host may have
+    written it. Either way nothing but a typed error comes out.
+
+    Example::
+
+        parse_messages([b'{"wrong": 0}', b'{"wrong": 2}'])   # [{"wrong": 0}, {"wrong": 2}]
+    """
+    # allow_nan: json.dumps writes a non-finite float (a diverged loss) as NaN/Infinity.
+    return [parse_json(b, what=f"rank {r}'s control message", max_bytes=MAX_CONTROL_BYTES,
+                       max_depth=_MAX_DEPTH, allow_nan=True) for r, b in enumerate(blobs)]
 
 
 def _gather(blob: bytes, group: SecureGroup) -> list[bytes]:

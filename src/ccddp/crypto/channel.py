@@ -260,12 +260,17 @@ class LinkChannel:
 
     # -- frames --------------------------------------------------------------------
     def seal_job(self, plaintext, frame, aad: bytes) -> Job:
-        """Take the next nonce now; return a job that writes ``ciphertext || tag`` into ``frame``."""
+        """Take the next nonce now; return a job that writes ``ciphertext || tag`` into ``frame``.
+
+        A frame buffer of the wrong size is refused before a nonce is taken: the refusal
+        leaves the channel as it was (same next counter, same pads), so the peer, which
+        never sees the refused frame, stays in step.
+        """
         device = self._device_of(plaintext, frame)
         n = len(plaintext)
-        ticket = self._take(device, n)
         if len(frame) != n + TAG_BYTES:
             raise FrameFormatError(f"frame buffer is {len(frame)} bytes, expected {n + TAG_BYTES}", link=self.name)
+        ticket = self._take(device, n)
         counters = self.counters
 
         def job() -> None:

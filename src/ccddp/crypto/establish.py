@@ -21,9 +21,13 @@ shown different transcripts (a split view) fail before any training byte moves. 
 also sends every peer the group secret (for group-key all-gather and purpose keys)
 wrapped under their pair key.
 
-A failure one rank detects is announced to all in the next round (a third round
-carries a verdict for failures found in the second), so every rank fails with the same
-clear message instead of some ranks waiting on a peer that gave up.
+A failure one rank detects is announced to all in the next round, so every rank fails
+with the same clear message instead of some ranks waiting on a peer that gave up. A third
+round carries each rank's *verdict* on the second: "verified" is a MAC to every peer under
+their pair key, bound to the transcript, so a rank goes on only when every peer proves it
+verified too -- the host cannot make a rank go on by forging or replaying a peer's "ok".
+A failure is a plain one-line reason; the host can forge one, which only stops the run
+(denial of service, always in the host's power anyway).
 
 Example::
 
@@ -42,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import numbers
 import os
 import struct
 from dataclasses import dataclass
@@ -55,6 +60,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ccddp.crypto.keys import KEY_BYTES, SESSION_ID_BYTES, GroupSecret, _hkdf, derive_link_key
+from ccddp.crypto.wirejson import parse_json
 from ccddp.errors import CCDDPError, ConfigError, one_line
 
 ENV_IDENTITY = "CCDDP_IDENTITY"
@@ -65,9 +71,12 @@ _MAGIC = b"ccddp-est/v1"  # 12 bytes
 _BODY = struct.Struct(">12sII32s32s32s16s")  # magic, rank, world, context, x25519, ed25519, nonce
 _SIG_BYTES = 64
 _MAX_EVIDENCE = 1 << 20
+# ~130 bytes an identity: room for half a million.
+_MAX_ALLOWLIST_BYTES = 1 << 26
 _CONFIRM_BYTES = 16
 _WRAPPED_BYTES = KEY_BYTES + 16
 _LABEL = b"ccddp/v1/est/"
+_OK, _FAIL = b"\x00", b"\x01"   # the first byte of a round-2 reply or a verdict
 
 
 class EstablishmentError(CCDDPError):
@@ -177,8 +186,7 @@ class Allowlist:
         for name, pub in keys.items():
             if len(pub) != 32:
                 raise ConfigError(f"allowlist entry {name!r}: an Ed25519 public key is 32 bytes, got {len(pub)}")
-            allowed = (ranks or {}).get(name)
-            self._by_key[bytes(pub)] = (name, None if allowed is None else frozenset(int(r) for r in allowed))
+            self._by_key[bytes(pub)] = (name, _rank_set(name, (ranks or {}).get(name)))
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -188,8 +196,16 @@ class Allowlist:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"allowlist {p} does not exist (create it with `ccddp keygen`)")
+        # A local file, but one an operator may copy from elsewhere: refused with a
+        # ConfigError however it is malformed (parse_json bounds its size and nesting).
         try:
-            doc = json.loads(p.read_text())
+            data = p.read_bytes()
+        except OSError as e:
+            raise ConfigError(f"allowlist {p} cannot be read: {e.strerror}") from None
+        doc = parse_json(data, what=f"allowlist {p}", max_bytes=_MAX_ALLOWLIST_BYTES, max_depth=8)
+        try:
+            if not isinstance(doc, dict):
+                raise ValueError("it is not a JSON object")
             if doc.get("format") != ALLOWLIST_FORMAT:
                 raise ValueError(f"format is {doc.get('format')!r}, expected {ALLOWLIST_FORMAT!r}")
             keys, ranks = {}, {}
@@ -200,7 +216,7 @@ class Allowlist:
                 keys[name] = bytes.fromhex(e["public_key"])
                 ranks[name] = e.get("ranks")
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ConfigError(f"allowlist {p} is malformed: {e}") from None
+            raise ConfigError(f"allowlist {p} is malformed: {one_line(str(e))}") from None
         return cls(keys, ranks)
 
     def to_json(self) -> str:
@@ -225,6 +241,21 @@ class Allowlist:
             raise EstablishmentError(f"identity {name!r} ({fingerprint(identity_public)}) is allowed only for "
                                      f"rank(s) {sorted(ranks)}, but rank {rank} presented it")
         return name
+
+
+def _rank_set(name: str, allowed: object) -> frozenset[int] | None:
+    """The ranks an allowlist entry may be used by (None: any), or a ConfigError."""
+    if allowed is None:
+        return None
+    try:
+        ok = not isinstance(allowed, (str, bytes, Mapping)) and all(
+            isinstance(r, numbers.Integral) and not isinstance(r, bool) and r >= 0 for r in allowed)
+    except TypeError:  # not iterable
+        ok = False
+    if not ok:
+        raise ConfigError(f"allowlist entry {name!r}: ranks must be a list of non-negative integers, "
+                          f"got {one_line(repr(allowed))[:80]}")
+    return frozenset(int(r) for r in allowed)
 
 
 # -- messages --------------------------------------------------------------------------
@@ -319,7 +350,7 @@ class EstablishedKeys:
 # -- the protocol -----------------------------------------------------------------------
 
 class KeyEstablishment:
-    """Runs the two-round authenticated X25519 exchange for one rank.
+    """Runs the authenticated X25519 exchange (three rounds) for one rank.
 
     ``exchange(blob) -> [blob of rank 0, ..., blob of rank n-1]`` is an all-gather of
     bytes over any transport, trusted or not (``SecureGroup`` passes one over its process
@@ -394,14 +425,14 @@ class KeyEstablishment:
             keys, problem = None, str(e)
         # Round 3, a verdict: a failure only one rank can see (its round-2 replies were
         # tampered with) still stops every rank here, instead of leaving the others to
-        # wait on it later. The host can forge verdicts: that only denies service.
-        verdicts = exchange(b"ok" if keys is not None else b"fail" + one_line(problem).encode())
+        # wait on it later. "Verified" is proven to each peer (a MAC under the pair key,
+        # bound to this transcript), so neither a forged nor a replayed "ok" lets a rank
+        # go on while a peer failed. A failure needs no proof: the host forging one only
+        # denies service.
+        verdicts = exchange(self._verdict(rank, world_size, problem, pair, transcript))
         if keys is None:
             raise EstablishmentError(problem)
-        for j, v in enumerate(verdicts):
-            if bytes(v) != b"ok":
-                raise EstablishmentError(f"key establishment failed on rank {j} (as rank {j} reports): "
-                                         f"{one_line(bytes(v)[4:].decode(errors='replace'))}")
+        self._check_verdicts(rank, world_size, pair, transcript, verdicts)
         return keys
 
     # round 1: who is in the group --------------------------------------------------------
@@ -436,9 +467,16 @@ class KeyEstablishment:
 
     # round 2: key confirmation and the group secret ---------------------------------------
     @staticmethod
-    def _confirm_tag(pair_secret: bytes, transcript: bytes, src: int, dst: int) -> bytes:
-        key = _hkdf(pair_secret, transcript, _LABEL + b"confirm" + struct.pack(">II", src, dst))
+    def _pair_tag(purpose: bytes, pair_secret: bytes, transcript: bytes, src: int, dst: int) -> bytes:
+        """A MAC from ``src`` to ``dst`` under their pair key, bound to the transcript; each
+        purpose (confirm, verified) has its own key, so one round's tags never pass as
+        another's."""
+        key = _hkdf(pair_secret, transcript, _LABEL + purpose + struct.pack(">II", src, dst))
         return hmac.new(key, transcript, hashlib.sha256).digest()[:_CONFIRM_BYTES]
+
+    @classmethod
+    def _confirm_tag(cls, pair_secret: bytes, transcript: bytes, src: int, dst: int) -> bytes:
+        return cls._pair_tag(b"confirm", pair_secret, transcript, src, dst)
 
     @staticmethod
     def _wrap_key(pair_secret: bytes, transcript: bytes, dst: int) -> AESGCM:
@@ -447,8 +485,8 @@ class KeyEstablishment:
     def _round2(self, rank: int, world_size: int, problem: str | None, pair: dict[int, bytes],
                 transcript: bytes, group_value: bytes) -> bytes:
         if problem is not None:
-            return b"\x01" + one_line(problem).encode()
-        out = [b"\x00"]
+            return _FAIL + one_line(problem).encode()
+        out = [_OK]
         for j in range(world_size):
             out.append(bytes(_CONFIRM_BYTES) if j == rank else self._confirm_tag(pair[j], transcript, rank, j))
         if rank == 0:
@@ -470,7 +508,7 @@ class KeyEstablishment:
             raise EstablishmentError(f"the key exchange returned {len(replies)} replies for {world_size} ranks")
         for j, r in enumerate(replies):
             r = bytes(r)
-            if r[:1] == b"\x01":
+            if r[:1] == _FAIL:
                 raise EstablishmentError(f"key establishment failed on rank {j} (as rank {j} reports): "
                                          f"{one_line(r[1:].decode(errors='replace'))}")
         for j, r in enumerate(replies):
@@ -479,7 +517,7 @@ class KeyEstablishment:
             if j == rank:
                 continue
             tag = r[1 + rank * _CONFIRM_BYTES:1 + (rank + 1) * _CONFIRM_BYTES]
-            if (r[:1] != b"\x00" or len(r) != expect_len
+            if (r[:1] != _OK or len(r) != expect_len
                     or not hmac.compare_digest(tag, self._confirm_tag(pair[j], transcript, j, rank))):
                 raise EstablishmentError(f"rank {j} derived different keys than rank {rank}: the two saw "
                                          "different key exchanges (tampered or split view)")
@@ -494,3 +532,36 @@ class KeyEstablishment:
                 raise EstablishmentError(f"the group secret rank 0 sent to rank {rank} does not authenticate: "
                                          "the exchange was tampered with") from None
         return EstablishedKeys(rank, world_size, session_id, names, pair, GroupSecret(group))
+
+    # round 3: the verdict ------------------------------------------------------------------
+    def _verdict(self, rank: int, world_size: int, problem: str | None, pair: dict[int, bytes],
+                 transcript: bytes) -> bytes:
+        """``0x00`` and a "verified" tag to every peer (a zero slot for this rank), or ``0x01``
+        and the reason this rank failed."""
+        if problem is not None:
+            return _FAIL + one_line(problem).encode()
+        return _OK + b"".join(bytes(_CONFIRM_BYTES) if j == rank else
+                              self._pair_tag(b"verified", pair[j], transcript, rank, j)
+                              for j in range(world_size))
+
+    def _check_verdicts(self, rank: int, world_size: int, pair: dict[int, bytes], transcript: bytes,
+                        verdicts: list[bytes]) -> None:
+        """Raise :class:`EstablishmentError` unless every peer proves it verified: a failure
+        a peer reports comes first (it says what went wrong), then any proof that does not
+        verify (a forged, replayed or missing verdict)."""
+        if len(verdicts) != world_size:
+            raise EstablishmentError(f"the key exchange returned {len(verdicts)} verdicts for {world_size} ranks")
+        verdicts = [bytes(v) for v in verdicts]
+        for j, v in enumerate(verdicts):
+            if j != rank and v[:1] == _FAIL:
+                raise EstablishmentError(f"key establishment failed on rank {j} (as rank {j} reports): "
+                                         f"{one_line(v[1:].decode(errors='replace'))}")
+        for j, v in enumerate(verdicts):
+            if j == rank:
+                continue
+            tag = v[1 + rank * _CONFIRM_BYTES:1 + (rank + 1) * _CONFIRM_BYTES]
+            if (v[:1] != _OK or len(v) != 1 + world_size * _CONFIRM_BYTES
+                    or not hmac.compare_digest(tag, self._pair_tag(b"verified", pair[j], transcript, j, rank))):
+                raise EstablishmentError(f"rank {j}'s verdict does not authenticate (seen at rank {rank}): "
+                                         f"the host forged or replayed it, so rank {j} may have failed")
+

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ccddp.crypto.keys import SESSION_ID_BYTES, GroupSecret, _hkdf
+from ccddp.crypto.wirejson import parse_json
 from ccddp.errors import ConfigError, one_line
 
 _MAGIC = b"ccddp-ses/v1"  # 12 bytes
@@ -51,6 +52,13 @@ _CONTRIBUTION_BYTES = 32
 _MAC_BYTES = 32
 _OK, _FAIL = b"\x00", b"\x01"
 _LABEL = b"ccddp/v1/session/"
+# A context names the group and its settings: ~60 KB of JSON at 10,000 ranks (the list of
+# group ranks dominates), so 64 KiB, or twice this rank's own context if that is larger.
+_MAX_CONTEXT_BYTES = 1 << 16
+# {"group ranks": [...]} nests 2 deep; what is much deeper is not a context.
+_MAX_CONTEXT_DEPTH = 8
+# How much of a value an error message shows.
+_SHOWN_CHARS = 120
 
 Exchange = Callable[[bytes], "list[bytes]"]
 
@@ -90,15 +98,17 @@ def agree_session(secret: GroupSecret | None, rank: int, world_size: int, exchan
     def mac(what: bytes, who: int) -> bytes:
         return hmac.new(key, what + struct.pack(">I", who), hashlib.sha256).digest()
 
-    confirms = _round(exchange, problem, mac(b"confirm", rank), world_size)
+    # A rank that finds a problem still takes part in every round (sending its reason
+    # instead of a proof), so its peers learn of it here rather than by a timeout.
+    confirms = _round(exchange, problem, mac(b"confirm", rank))
     if problem is None:
-        problem = _check_round(rank, confirms, lambda j: mac(b"confirm", j),
+        problem = _check_round(rank, world_size, confirms, lambda j: mac(b"confirm", j),
                                "confirmation does not verify: ranks disagree on key material (group secret), "
                                "or the setup exchange was altered")
-    verdicts = _round(exchange, problem, mac(b"verified", rank), world_size)
+    verdicts = _round(exchange, problem, mac(b"verified", rank))
     if problem is not None:
         raise ConfigError(problem)
-    problem = _check_round(rank, verdicts, lambda j: mac(b"verified", j),
+    problem = _check_round(rank, world_size, verdicts, lambda j: mac(b"verified", j),
                            "verdict does not authenticate: the setup exchange was altered")
     if problem is not None:
         raise ConfigError(problem)
@@ -107,7 +117,15 @@ def agree_session(secret: GroupSecret | None, rank: int, world_size: int, exchan
 
 def _check_hellos(rank: int, world_size: int, mine: bytes, context: Mapping[str, object],
                   hellos: list[bytes]) -> str | None:
-    """The first problem with the hellos as this rank received them, or None."""
+    """The first problem with the hellos as this rank received them, or None.
+
+    A peer's context is bounded before it is parsed (see :data:`_MAX_CONTEXT_BYTES`), and
+    every way it can be malformed is a problem to report, never an exception.
+    """
+    # An honest peer's context is this rank's own, byte for byte (the same code writes the
+    # same values): a larger one cannot match. The floor leaves room for a peer whose
+    # settings differ, so that the error can say how.
+    max_context = max(_MAX_CONTEXT_BYTES, 2 * (len(mine) - _HELLO.size))
     if len(hellos) != world_size:
         return f"the setup exchange returned {len(hellos)} messages for {world_size} ranks"
     if hellos[rank] != mine:
@@ -119,30 +137,39 @@ def _check_hellos(rank: int, world_size: int, mine: bytes, context: Mapping[str,
         if claimed != j:
             return f"the setup message in rank {j}'s slot is rank {claimed}'s: messages were swapped or replayed"
         try:
-            theirs = json.loads(blob[_HELLO.size:])
-        except ValueError:
-            theirs = None
+            theirs = parse_json(blob[_HELLO.size:], what=f"rank {j}'s setup message", max_bytes=max_context,
+                                max_depth=_MAX_CONTEXT_DEPTH)
+        except ConfigError as e:
+            return str(e)
         if not isinstance(theirs, dict):
             return f"rank {j}'s setup message is malformed (is every rank on this ccddp version?)"
         for what, value in context.items():
             if theirs.get(what) != json.loads(json.dumps(value)):
-                return f"ranks disagree on {what}: rank {j} has {theirs.get(what)}, rank {rank} has {value}"
+                return (f"ranks disagree on {what}: rank {j} has {_show(theirs.get(what))}, "
+                        f"rank {rank} has {_show(value)}")
         if set(theirs) != set(context):
             return f"rank {j}'s setup message names other fields (is every rank on this ccddp version?)"
     return None
 
 
-def _round(exchange: Exchange, problem: str | None, proof: bytes, world_size: int) -> list[bytes]:
+def _show(value: object) -> str:
+    """``value`` (received JSON) as a short printable line for an error message."""
+    text = one_line(value if isinstance(value, str) else json.dumps(value))
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
+
+
+def _round(exchange: Exchange, problem: str | None, proof: bytes) -> list[bytes]:
     """Send ``proof``, or the reason this rank failed, and receive every rank's."""
     mine = _FAIL + one_line(problem).encode() if problem is not None else _OK + proof
-    replies = [bytes(b) for b in exchange(mine)]
+    return [bytes(b) for b in exchange(mine)]
+
+
+def _check_round(rank: int, world_size: int, replies: list[bytes], expected: Callable[[int], bytes],
+                 bad: str) -> str | None:
+    """The first failure a peer reports, or the first proof that does not verify (a
+    missing one included)."""
     if len(replies) != world_size:
-        raise ConfigError(f"the setup exchange returned {len(replies)} messages for {world_size} ranks")
-    return replies
-
-
-def _check_round(rank: int, replies: list[bytes], expected: Callable[[int], bytes], bad: str) -> str | None:
-    """The first failure a peer reports, or the first proof that does not verify."""
+        return f"the setup exchange returned {len(replies)} messages for {world_size} ranks"
     for j, r in enumerate(replies):
         if j != rank and r[:1] == _FAIL:
             return f"session setup failed on rank {j} (as rank {j} reports): {one_line(r[1:].decode(errors='replace'))}"

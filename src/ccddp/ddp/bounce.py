@@ -13,16 +13,19 @@ Example::
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 
 from ccddp.crypto import TAG_BYTES, FrameContext, LinkChannel, Op, Phase
 from ccddp.crypto.counters import CryptoCounters
-from ccddp.crypto.keys import SESSION_ID_BYTES
+from ccddp.crypto.keys import KEY_BYTES, SESSION_ID_BYTES, _hkdf
 from ccddp.errors import ConfigError
 
 _BOUNCE_LINK = 0xFFFE0000
+_SALT_BYTES = 32
+_LABEL = b"ccddp/v1/bounce/path-key"
 
 
 @dataclass
@@ -35,19 +38,39 @@ class StagedTensor:
 class BouncePath:
     """Seals batches on the CPU side and opens them on the device side.
 
-    ``key`` must be fresh for this run (derive it from the group's session, e.g.
-    ``derive_purpose_key(group.secret, group.session_id, f"bounce/{rank}")``): its counter
-    starts at zero, so a key used by an earlier path would repeat nonces. ``session_id``
-    (the group's) is bound into every frame's AAD.
+    ``key`` (32 bytes) is the CPU<->device key, e.g.
+    ``derive_purpose_key(group.secret, group.session_id, f"bounce/{rank}")``;
+    ``session_id`` (the group's) is bound into every frame's AAD.
+
+    The path does not seal under ``key`` itself: it seals under a key of its own, derived
+    from ``key`` with HKDF and 32 fresh random bytes drawn when it is made. Its counter
+    starts at zero, and with the given key that would repeat (key, nonce) pairs whenever a
+    caller hands the same key to a second path (two loaders, a restarted loop, a key kept
+    across runs). With a key that no other path has -- both ends live in this object, so
+    no one else needs it -- no (key, nonce) pair can repeat whatever key it is given,
+    unless two paths draw the same 32 random bytes. A frame staged by one path therefore
+    opens only in that path.
+
+    Example::
+
+        a = BouncePath(key, session_id=sid)
+        b = BouncePath(key, session_id=sid)       # the same key: still its own nonces
+        a.receive(a.stage(batch))                 # opens
+        b.receive(a.stage(batch))                 # IntegrityError: sealed by another path
     """
 
     def __init__(self, key: bytes, *, session_id: bytes, counters: CryptoCounters | None = None,
                  device: str | torch.device = "cpu") -> None:
         if len(session_id) != SESSION_ID_BYTES or not any(session_id):
             raise ConfigError(f"BouncePath needs the group's {SESSION_ID_BYTES}-byte session id")
+        if len(key) != KEY_BYTES:
+            raise ConfigError(f"BouncePath needs a {KEY_BYTES}-byte key, got {len(key)} bytes")
         self.counters = counters if counters is not None else CryptoCounters()
-        self._tx = LinkChannel(key, _BOUNCE_LINK, "cpu->device", counters=self.counters)
-        self._rx = LinkChannel(key, _BOUNCE_LINK, "cpu->device", counters=self.counters)
+        # This path's own key (see the class docstring): counters that start at zero
+        # never meet a key another path sealed under.
+        own = _hkdf(bytes(key), os.urandom(_SALT_BYTES), _LABEL)
+        self._tx = LinkChannel(own, _BOUNCE_LINK, "cpu->device", counters=self.counters)
+        self._rx = LinkChannel(own, _BOUNCE_LINK, "cpu->device", counters=self.counters)
         self.session_id = session_id
         self.device = torch.device(device)
         self._staged_batches = 0
