@@ -34,7 +34,8 @@ import torch.distributed as dist
 from ccddp.backend.queue import OpQueue
 from ccddp.backend.registration import BACKEND_NAME, Options, settings_from_env
 from ccddp.backend.work import CollectiveWork, PeerWork
-from ccddp.comm import SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
+from ccddp.comm import SecureGroup, all_gather, reduce_scatter
+from ccddp.comm.collectives import run_all_gather, run_all_reduce, run_broadcast, run_reduce_scatter
 from ccddp.comm.exchange import all_to_all, gather, scatter
 from ccddp.comm.p2p import SealedPeerLinks
 from ccddp.comm.reduce import Reduction
@@ -214,7 +215,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         buf, back = _staged(t)
 
         def job() -> None:
-            all_reduce(buf, self.secure_group, red)
+            run_all_reduce(self.secure_group, buf.view(-1), red)
             back()
 
         return self._submit("all_reduce", job, tensors)
@@ -231,7 +232,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
                 by_dtype.setdefault(t.dtype, []).append(t)
             for same in by_dtype.values():
                 flat = torch.cat([t.reshape(-1) for t in same])
-                all_reduce(flat, self.secure_group, red)
+                run_all_reduce(self.secure_group, flat, red)
                 for t, part in zip(same, flat.split([t.numel() for t in same])):
                     t.copy_(part.view(t.shape))
 
@@ -247,7 +248,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         def job() -> None:
             # Every rank takes part in a sealed all-reduce; only the root keeps the result.
             buf = t.contiguous() if is_root else t.clone(memory_format=torch.contiguous_format)
-            all_reduce(buf, self.secure_group, red)
+            run_all_reduce(self.secure_group, buf.view(-1), red)
             if is_root and buf is not t:
                 t.copy_(buf)
 
@@ -260,8 +261,11 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         buf, back = _staged(t)
 
+        if not 0 <= root < self.size():
+            raise ConfigError(f"broadcast: root {root} is not a rank of a group of {self.size()}")
+
         def job() -> None:
-            broadcast(buf, root, self.secure_group)
+            run_broadcast(self.secure_group, buf.view(-1), root)
             back()
 
         return self._submit("broadcast", job, tensors)
@@ -309,7 +313,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         buf, back = _staged(output)
 
         def job() -> None:
-            all_gather(buf, input.contiguous(), self.secure_group)
+            run_all_gather(self.secure_group, buf.view(-1), input.contiguous().view(-1))
             back()
 
         return job
@@ -356,7 +360,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         buf, back = _staged(output)
 
         def job() -> None:
-            reduce_scatter(buf, input.contiguous(), self.secure_group, red)
+            run_reduce_scatter(self.secure_group, buf.view(-1), input.contiguous().view(-1), red)
             back()
 
         return job
@@ -444,7 +448,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     def barrier(self, opts=None):
         # A sealed one-element all-reduce: the host cannot fake a peer's arrival, and, queued
         # behind every earlier op of this group, it completes after them.
-        return self._submit("barrier", lambda: all_reduce(torch.zeros(1, dtype=torch.int32), self.secure_group), [])
+        return self._submit("barrier", lambda: run_all_reduce(self.secure_group, torch.zeros(1, dtype=torch.int32),
+                                                               Reduction.SUM), [])
 
     @_eager
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):

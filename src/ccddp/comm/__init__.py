@@ -1,4 +1,34 @@
-"""Secure collectives over torch.distributed point-to-point operations."""
+"""The engine: sealed collectives over point-to-point links.
+
+How a ``dist.all_reduce(t)`` on a ccddp group reaches the wire and comes back, each step
+one module, none reaching back up:
+
+1. ``backend.process_group.ProcessGroupCCDDP.allreduce`` checks the op once (dtype,
+   reduction, device, layout; a contiguous copy if needed) and queues a job on the group's
+   ``backend.queue.OpQueue``; the caller gets a work whose future the queue completes.
+2. The job calls ``collectives.run_all_reduce(group, flat, reduction)`` -- the engine's
+   entry points (``run_*``) take checked input. It numbers the collective, posts a sealed
+   descriptor to its neighbours (``collectives._Descriptors``: ranks that call different
+   collectives fail with what differs) and picks the schedule: ``plan.ring_plan`` (steps as
+   data), run by ``pipeline`` (segments sealed on crypto threads while earlier ones are
+   in flight), ``naive`` (the paper's whole-chunk schedule) or ``tree``.
+3. Each schedule cuts its steps into typed frames (``frames.FrameSpec``: step, segment,
+   peer, region), takes their memory from the group's ``frames.FrameArena`` and seals and
+   opens them on the group's per-link channels (``group.SecureGroup.tx``/``rx``:
+   ``crypto.channel.LinkChannel``, AES-256-GCM, counter nonces, the frame's context as AAD).
+4. ``transport.Transport`` moves the frames on bare gloo connection sets (one per link
+   direction) with finite waits: every byte the host sees passes there, which is where the
+   tests' adversary sits (``ccddp.comm.adversary``).
+
+The checked functions (``all_reduce``, ``all_gather``, ...) validate any caller's input and
+also run the plaintext references the benchmarks compare against (``impl="gloo"``, gloo's
+own collective; ``impl="ring"``, the same schedule unsealed).
+
+Example::
+
+    dist.init_process_group("ccddp")        # the product: the backend
+    dist.all_reduce(grads)                   # steps 1-4 above
+"""
 
 from ccddp.comm.collectives import all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.group import SecureGroup

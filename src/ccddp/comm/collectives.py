@@ -187,15 +187,15 @@ def _torch_op(reduction: Reduction):
     return dist.ReduceOp.SUM if reduction == Reduction.AVG else getattr(dist.ReduceOp, reduction.name)
 
 
-def all_reduce(tensor: torch.Tensor, group: SecureGroup, op: Reduction | str = Reduction.SUM) -> torch.Tensor:
-    """Reduce ``tensor`` over the group (SUM unless ``op`` says otherwise), in place; returns it."""
-    flat = _flat(tensor, "all_reduce")
-    reduction = Reduction.from_name(op)
-    reduction.check(flat.dtype, "all_reduce")
+# -- the engine: input already checked ---------------------------------------------------
+# ``flat`` is a 1-D contiguous CPU tensor, the reduction defined for its dtype, the group's
+# settings secure (or the plaintext ring): what the ccddp backend has made sure of before it
+# calls these, so a sealed op pays for no second round of checks.
+
+def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction) -> None:
+    """Reduce ``flat`` over the group in place (the sealed ring or tree)."""
     s = group.settings
-    if s.impl == "gloo":
-        dist.all_reduce(tensor, op=_torch_op(reduction), group=group.pg)
-    elif s.algorithm == "tree":
+    if s.algorithm == "tree":
         seq = group.next_seq()
         parent, children = tree_links(group.rank, group.world_size)
         peers = children + ([parent] if parent is not None else [])
@@ -207,7 +207,48 @@ def all_reduce(tensor: torch.Tensor, group: SecureGroup, op: Reduction | str = R
     else:
         _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE,
                   reduction=reduction)
-    reduction.finish(tensor, group.world_size)
+    reduction.finish(flat, group.world_size)
+
+
+def run_reduce_scatter(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor, reduction: Reduction,
+                       bounds: list[tuple[int, int]] | None = None) -> None:
+    """``out`` = the reduction of chunk ``rank`` of ``inp`` (``bounds``: the chunks, if
+    uneven); ``inp`` is unchanged."""
+    n = group.world_size
+    work = inp.clone()
+    _run_ring(group, work, ring_plan(group.rank, n, work.numel(), "reduce_scatter", bounds), Op.REDUCE_SCATTER,
+              reduction=reduction)
+    a, b = (bounds or chunk_bounds(work.numel(), n))[group.rank]
+    out.copy_(work[a:b])
+    reduction.finish(out, n)
+
+
+def run_all_gather(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor,
+                   bounds: list[tuple[int, int]] | None = None) -> None:
+    """``out`` = every rank's ``inp`` in rank order (``bounds``: where each goes, if uneven)."""
+    a, b = (bounds or chunk_bounds(out.numel(), group.world_size))[group.rank]
+    out[a:b].copy_(inp)
+    _run_ring(group, out, ring_plan(group.rank, group.world_size, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
+
+
+def run_broadcast(group: SecureGroup, flat: torch.Tensor, src: int) -> None:
+    """Copy group rank ``src``'s ``flat`` to every rank (pipelined chain), in place."""
+    _run_ring(group, flat, chain_broadcast_plan(group.rank, group.world_size, flat.numel(), src), Op.BROADCAST,
+              root=src)
+
+
+# -- the checked API: any caller, any implementation ---------------------------------------
+
+def all_reduce(tensor: torch.Tensor, group: SecureGroup, op: Reduction | str = Reduction.SUM) -> torch.Tensor:
+    """Reduce ``tensor`` over the group (SUM unless ``op`` says otherwise), in place; returns it."""
+    flat = _flat(tensor, "all_reduce")
+    reduction = Reduction.from_name(op)
+    reduction.check(flat.dtype, "all_reduce")
+    if group.settings.impl == "gloo":
+        dist.all_reduce(tensor, op=_torch_op(reduction), group=group.pg)
+        reduction.finish(tensor, group.world_size)
+    else:
+        run_all_reduce(group, flat, reduction)
     return tensor
 
 
@@ -230,13 +271,8 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, group: SecureGroup
     if group.settings.impl == "gloo" and bounds is None:
         dist.reduce_scatter_tensor(output, input, op=_torch_op(reduction), group=group.pg)
         reduction.finish(output, n)
-        return output
-    work = inp.clone()
-    _run_ring(group, work, ring_plan(group.rank, n, work.numel(), "reduce_scatter", bounds), Op.REDUCE_SCATTER,
-              reduction=reduction)
-    a, b = (bounds or chunk_bounds(work.numel(), n))[group.rank]
-    out.copy_(work[a:b])
-    reduction.finish(output, n)
+    else:
+        run_reduce_scatter(group, out, inp, reduction, bounds)
     return output
 
 
@@ -263,10 +299,8 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, group: SecureGroup, *,
                           f"({out.numel()} {out.dtype} vs {n} x {inp.numel()} {inp.dtype})")
     if group.settings.impl == "gloo" and bounds is None:
         all_gather_flat(output, input, group=group.pg)
-        return output
-    a, b = (bounds or chunk_bounds(out.numel(), n))[group.rank]
-    out[a:b].copy_(inp)
-    _run_ring(group, out, ring_plan(group.rank, n, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
+    else:
+        run_all_gather(group, out, inp, bounds)
     return output
 
 
@@ -277,7 +311,6 @@ def broadcast(tensor: torch.Tensor, src: int, group: SecureGroup) -> torch.Tenso
         raise ConfigError(f"broadcast: src {src} is not a rank of a group of {group.world_size}")
     if group.settings.impl == "gloo":
         dist.broadcast(tensor, src=dist.get_global_rank(group.pg, src), group=group.pg)
-        return tensor
-    _run_ring(group, flat, chain_broadcast_plan(group.rank, group.world_size, flat.numel(), src),
-              Op.BROADCAST, root=src)
+    else:
+        run_broadcast(group, flat, src)
     return tensor
