@@ -24,7 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -39,8 +38,11 @@ from ccddp.comm.collectives import run_all_gather, run_all_reduce, run_broadcast
 from ccddp.comm.exchange import all_to_all, gather, scatter
 from ccddp.comm.p2p import SealedPeerLinks
 from ccddp.comm.reduce import Reduction
+from ccddp.backend.links import domain_links, internal_links
+from ccddp.comm.domains import resolve
+from ccddp.comm.hierarchy import hierarchical_all_reduce
 from ccddp.comm.transport import Transport
-from ccddp.errors import ConfigError, PeerTimeoutError, one_line
+from ccddp.errors import ConfigError
 
 _eager = torch.compiler.disable
 
@@ -117,27 +119,6 @@ def _splits(t: torch.Tensor, sizes: list[int], n: int, what: str) -> list[torch.
     return out
 
 
-def _attempt() -> str:
-    """Which attempt of an elastic job this process belongs to ("0" outside torchelastic).
-
-    torchrun keeps its agent's store across the restarts of ``--max-restarts``, so keys a
-    failed attempt left there (its ranks' listening addresses) are still there for the
-    next one; each attempt's internal links rendezvous under keys of their own."""
-    return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-
-
-def _internal_links(store, rank: int, size: int, timeout: timedelta) -> tuple[dist.ProcessGroup, ...]:
-    """The group's three bare gloo connection sets: collectives (one per link direction)
-    and point-to-point messages. A peer that cannot be reached is a typed error."""
-    base = dist.PrefixStore(f"ccddp/attempt-{_attempt()}/", store)
-    try:
-        return tuple(dist.ProcessGroupGloo(dist.PrefixStore(name, base), rank, size, timeout)
-                     for name in ("collectives", "collectives-down", "p2p"))
-    except RuntimeError as e:
-        raise PeerTimeoutError(f"rank {rank}: cannot connect the group's links to its peers within "
-                               f"{timeout.total_seconds():.0f}s ({one_line(str(e))})") from None
-
-
 class ProcessGroupCCDDP(dist.ProcessGroup):
     """One ccddp process group; see the module docstring."""
 
@@ -150,11 +131,17 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
             raise ConfigError(f"the ccddp backend runs sealed collectives only (impl secure or secure-naive), "
                               f"got impl {settings.impl!r}")
         gloo_timeout = timedelta(seconds=max(settings.timeout_s, timeout.total_seconds()))
-        coll, down, p2p = _internal_links(store, rank, size, gloo_timeout)
+        ranks = global_ranks if global_ranks is not None else list(range(size))
+        coll, down, p2p = internal_links(store, rank, size, gloo_timeout)
         self._internal = (coll, down, p2p)
-        self.secure_group = SecureGroup(settings, options.secret, pg=coll,
-                                        transport=Transport(coll, settings.timeout_s, downward=down),
-                                        ranks=global_ranks if global_ranks is not None else list(range(size)))
+        transport = Transport(coll, settings.timeout_s, downward=down)
+        domains = resolve(settings.trust_domains, rank, size, transport.exchange)
+        self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks,
+                                        domains=domains)
+        # Trust domains larger than one rank: all-reduces go hierarchical (plaintext only
+        # inside a domain, on loopback-bound links); every other op stays sealed end to end.
+        self.domain_links = None if domains.trivial else domain_links(store, rank, domains, self.secure_group,
+                                                                       ranks, gloo_timeout)
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
         self.settings = settings
         self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}")
@@ -208,6 +195,12 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         return out[0]
 
     # -- all-reduce and reduce ---------------------------------------------------------
+    def _all_reduce(self, flat: torch.Tensor, red: Reduction) -> None:
+        if self.domain_links is not None:
+            hierarchical_all_reduce(self.domain_links, flat, red)
+        else:
+            run_all_reduce(self.secure_group, flat, red)
+
     @_eager
     def allreduce(self, tensors, opts=None):
         t = _one(tensors, "all_reduce")
@@ -215,7 +208,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         buf, back = _staged(t)
 
         def job() -> None:
-            run_all_reduce(self.secure_group, buf.view(-1), red)
+            self._all_reduce(buf.view(-1), red)
             back()
 
         return self._submit("all_reduce", job, tensors)
@@ -232,7 +225,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
                 by_dtype.setdefault(t.dtype, []).append(t)
             for same in by_dtype.values():
                 flat = torch.cat([t.reshape(-1) for t in same])
-                run_all_reduce(self.secure_group, flat, red)
+                self._all_reduce(flat, red)
                 for t, part in zip(same, flat.split([t.numel() for t in same])):
                     t.copy_(part.view(t.shape))
 
@@ -248,7 +241,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         def job() -> None:
             # Every rank takes part in a sealed all-reduce; only the root keeps the result.
             buf = t.contiguous() if is_root else t.clone(memory_format=torch.contiguous_format)
-            run_all_reduce(self.secure_group, buf.view(-1), red)
+            self._all_reduce(buf.view(-1), red)
             if is_root and buf is not t:
                 t.copy_(buf)
 

@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 
 from ccddp.chains import auto_chains
+from ccddp.comm.domains import check_setting
 from ccddp.crypto.channel import DEFAULT_ROTATE_AFTER, AeadEngine
 from ccddp.errors import ConfigError
 
@@ -49,6 +50,9 @@ class CommSettings:
       interpreter, for checks). Frames are the same either way.
     - ``pad_budget_bytes``: keystream each link may keep generated ahead on the device
       (pads); 0 = none.
+    - ``trust_domains``: which ranks share a trust boundary (:mod:`ccddp.comm.domains`):
+      ``"rank"`` (default: every link sealed), ``"node"`` or a list of rank lists. The
+      ccddp backend all-reduces hierarchically over domains, plaintext only inside one.
     """
 
     impl: str = "secure"
@@ -64,8 +68,11 @@ class CommSettings:
     check_descriptors: bool = True
     aead_engine: str = AeadEngine.AUTO.value
     pad_budget_bytes: int = 0
+    trust_domains: object = "rank"
 
     def __post_init__(self) -> None:
+        # Canonical (hashable) form: a name, or a tuple of tuples of ranks.
+        object.__setattr__(self, "trust_domains", check_setting(self.trust_domains))
         if self.impl not in IMPLS:
             raise ConfigError(f"impl must be one of {', '.join(IMPLS)}, got {self.impl!r}")
         if self.algorithm not in ALGORITHMS:
@@ -112,8 +119,10 @@ class CommSettings:
 
     def fingerprint(self) -> str:
         """Everything two ranks must agree on (timeouts, local thread counts and the local
-        crypto engine, whose frames are the same, may differ)."""
+        crypto engine, whose frames are the same, may differ; the trust-domain map is
+        compared as resolved, not as asked for)."""
         d = self.as_dict()
-        for local in ("timeout_s", "chains", "aead_engine", "pad_budget_bytes"):
+        # trust_domains: the resolved map is agreed on by itself (SecureGroup's "trust domains").
+        for local in ("timeout_s", "chains", "aead_engine", "pad_budget_bytes", "trust_domains"):
             d.pop(local)
         return json.dumps(d, sort_keys=True)

@@ -98,12 +98,18 @@ def all_gather_flat(output: torch.Tensor, input: torch.Tensor, group: dist.Proce
     work = pg.allgather([list(output.chunk(pg.size()))], [input])
     if timeout_s is None:
         work.wait()
-        return
+    else:
+        bounded(work, timeout_s, "a control-plane exchange")
+
+
+def bounded(work, timeout_s: float, what: str = "an exchange inside a trust domain") -> None:
+    """Wait for a gloo collective's ``work`` at most ``timeout_s``; then, or if a peer
+    failed, raise :class:`PeerTimeoutError`."""
     try:
         work.wait(timedelta(seconds=timeout_s))
-    except RuntimeError:
-        raise PeerTimeoutError(f"a control-plane exchange did not complete within {timeout_s:g}s: "
-                               "a peer failed, is slow to start, or was started with another world size") from None
+    except RuntimeError as e:
+        raise PeerTimeoutError(f"{what} did not complete within {timeout_s:g}s: a peer failed, is slow to "
+                               f"start, or was started with another world size ({gloo_reason(e)})") from None
 
 
 def exchange_bytes(blob: bytes, pg: dist.ProcessGroup | None = None, timeout_s: float | None = None) -> list[bytes]:

@@ -1,0 +1,205 @@
+"""Trust domains: the hierarchical all-reduce gives ``dist.all_reduce``'s results for any
+map (uneven domains too), seals only what crosses domains (the counters show the
+reduction), every other op stays correct, and ranks that disagree on the map fail fast."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dist_util import RankFailure, run_ranks
+
+SECRET = "4c7e19b2d8a05f36e1c94b7a2d6f803e5b1c9a7d2e4f6083b5a7c9e1d3f50b28"
+
+
+def _inp(rank: int, numel: int, dtype=torch.float32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(100 + rank)
+    if dtype.is_floating_point:
+        return torch.randn(numel, generator=g).to(dtype)
+    return torch.randint(0, 1 << 20, (numel,), generator=g, dtype=dtype)
+
+
+def _domains_rank(rank, n, domains, numels):
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    from ccddp.backend import Options
+    from ccddp.comm import CommSettings
+
+    settings = CommSettings(segment_bytes=4096, timeout_s=30, trust_domains=domains)
+    pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=30), pg_options=Options(settings=settings))
+    R = dist.ReduceOp
+    bad = []
+    for numel in numels:
+        for op, dtype in ((R.SUM, torch.float32), (R.AVG, torch.float64), (R.MAX, torch.float32),
+                          (R.MIN, torch.int64), (R.PRODUCT, torch.float64), (R.BXOR, torch.int32)):
+            x = _inp(rank, numel, dtype)
+            if op == R.PRODUCT:
+                x = 1 + x.abs() / 1000
+            want = x.clone()
+            dist.all_reduce(want, op=op)                       # gloo, the reference
+            dist.all_reduce(x, op=op, group=pg)
+            if not torch.allclose(x.double(), want.double(), rtol=1e-5, atol=1e-5):
+                bad.append(f"{op} {dtype} {numel}: max diff {(x.double() - want.double()).abs().max()}")
+    # Every other op, still correct under the map (sealed end to end).
+    t = torch.full((5,), float(rank))
+    dist.broadcast(t, 1, group=pg)
+    outs = [torch.empty(3) for _ in range(n)]
+    dist.all_gather(outs, torch.full((3,), float(rank)), group=pg)
+    rs = torch.empty(2)
+    dist.reduce_scatter_tensor(rs, torch.arange(2.0 * n), group=pg)
+    dist.barrier(group=pg)
+    if not (torch.equal(t, torch.full((5,), 1.0)) and all(torch.equal(o, torch.full((3,), float(r)))
+                                                          for r, o in enumerate(outs))
+            and torch.equal(rs, torch.arange(2.0 * n)[2 * rank:2 * rank + 2] * n)):
+        bad.append("another op under the map")
+    links = pg.domain_links
+    sealed = pg.secure_group.counters.snapshot()
+    cross = links.cross.counters.snapshot() if links is not None and links.cross is not None else None
+    return {"bad": bad, "domains": [list(d) for d in pg.secure_group.domains.domains],
+            "cross_size": None if links is None or links.cross is None else links.cross.world_size,
+            "sealed": sealed, "cross": cross}
+
+
+MAPS = [
+    (2, [[0, 1]]),                       # one domain: nothing sealed
+    (3, [[0], [1, 2]]),                  # uneven: the single rank holds the only shard
+    (4, [[0, 1], [2, 3]]),
+    (4, [[0, 2], [1, 3]]),               # domains need not be contiguous
+    (5, [[0, 1, 2], [3, 4]]),            # uneven: rank 2 holds no shard
+    (6, [[0, 1, 2], [3, 4, 5]]),
+    (6, [[0, 1], [2, 3], [4, 5]]),
+]
+
+
+@pytest.mark.parametrize("n,domains", MAPS, ids=[str(d) for _, d in MAPS])
+def test_hierarchical_all_reduce_equals_gloo(n, domains):
+    results = run_ranks(_domains_rank, n, domains, [1, 7, 4099], timeout=240)
+    for rank, res in enumerate(results):
+        assert res["bad"] == [], (rank, res["bad"])
+        assert sorted(map(tuple, res["domains"])) == sorted(map(tuple, domains))
+        mine = next(d for d in domains if rank in d)
+        holds_shard = mine.index(rank) < min(len(d) for d in domains)
+        assert res["cross_size"] == (len(domains) if len(domains) > 1 and holds_shard else None), rank
+
+
+def _bytes_rank(rank, n, domains, numel):
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    from ccddp.backend import Options
+    from ccddp.comm import CommSettings
+
+    settings = CommSettings(timeout_s=30, trust_domains=domains)
+    pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=30), pg_options=Options(settings=settings))
+    groups = [pg.secure_group] + ([pg.domain_links.cross] if pg.domain_links and pg.domain_links.cross else [])
+    before = [g.counters.snapshot()["bytes_sealed"] for g in groups]
+    dist.all_reduce(torch.ones(numel), group=pg)
+    return sum(g.counters.snapshot()["bytes_sealed"] - b for g, b in zip(groups, before))
+
+
+@pytest.mark.parametrize("domains", [[[0], [1], [2], [3]], [[0, 1], [2, 3]], [[0, 1, 2, 3]]])
+def test_bytes_sealed_per_rank_drop_by_the_domain_size(domains):
+    n, numel = 4, 1 << 16
+    size = numel * 4
+    d, g = len(domains), len(domains[0])
+    for sealed in run_ranks(_bytes_rank, n, domains, numel, timeout=120):
+        # 2(d-1)/d * S/g data bytes (the flat schedule: d = n, g = 1), within a chunk's rounding.
+        assert abs(sealed - 2 * (d - 1) / d * size / g) <= 64, (domains, sealed)
+
+
+def _disagree_rank(rank, n):
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    from ccddp.backend import Options
+    from ccddp.comm import CommSettings
+
+    domains = [[0, 1], [2, 3]] if rank != 3 else [[0], [1], [2, 3]]
+    settings = CommSettings(timeout_s=20, trust_domains=domains)
+    dist.new_group(backend="ccddp", timeout=timedelta(seconds=20), pg_options=Options(settings=settings))
+    return "created"
+
+
+def test_a_rank_that_claims_another_map_fails_every_rank():
+    results = run_ranks(_disagree_rank, 4, return_failures=True, timeout=120)
+    for r in results:
+        assert isinstance(r, RankFailure) and r.type_name == "ConfigError", r
+        assert "trust domains" in r.message, r.message
+
+
+@pytest.mark.parametrize("value", ["host", [[0, 1], [1, 2]], [[0], []], [["a"]], 3])
+def test_a_bad_map_is_refused(value):
+    from ccddp.comm import CommSettings
+    from ccddp.comm.domains import DomainMap
+    from ccddp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="trust_domains"):
+        DomainMap.of(CommSettings(trust_domains=value).trust_domains, 3)
+
+
+def test_two_nodes_train_with_plaintext_only_inside_each(tmp_path):
+    """Two torchrun agents on this host (``--nnodes 2``, static rendezvous) with the
+    ``node`` map: two domains of two ranks. DDP trains to gloo's parameters, and no byte of
+    a rank's own data crosses to the other node's ranks unsealed, while it does travel
+    in plaintext inside its domain (so the search would see a leak)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from domains_main import markers
+    from wire_util import HERE, SRC, build_wiretap, found, torchrun
+
+    lib = build_wiretap(tmp_path)
+    ref, run, wire = tmp_path / "gloo", tmp_path / "ccddp", tmp_path / "wire"
+    for d in (ref, run, wire):
+        d.mkdir()
+    script = str(HERE / "domains_main.py")
+    plain = torchrun([script, str(ref)], nproc=4, timeout=300)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    from ccddp.bench.launch import free_port
+
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]), OMP_NUM_THREADS="1",
+               CCDDP_GROUP_SECRET=SECRET, CCDDP_SETTINGS='{"trust_domains": "node", "timeout_s": 60}',
+               LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(wire), CCDDP_WIRE_BY_PEER="1")
+    agents = [subprocess.Popen([sys.executable, "-m", "ccddp.cli", "launch", "--nnodes", "2", "--node-rank", str(i),
+                                "--master-addr", "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "2",
+                                script, str(run)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for i in (0, 1)]
+    for a in agents:
+        _, err = a.communicate(timeout=300)
+        assert a.returncode == 0, err[-3000:]
+    got = {r: json.loads((run / f"rank{r}.json").read_text()) for r in range(4)}
+    want = {r: json.loads((ref / f"rank{r}.json").read_text()) for r in range(4)}
+    for r in range(4):
+        assert got[r]["backend"] == "ccddp" and got[r]["sum_ok"]
+        for p, q in zip(got[r]["params"], want[r]["params"]):
+            assert torch.allclose(torch.tensor(p), torch.tensor(q), atol=1e-5), r
+    domain = {r: r // 2 for r in range(4)}          # node 0: ranks 0, 1; node 1: ranks 2, 3
+    owner = {port: r for r in range(4) for port in got[r]["ports"]}
+    by_pid = {got[r]["pid"]: r for r in range(4)}
+    inside, across = b"", b""
+    for f in wire.glob("wire.*.*"):
+        _, pid, peer = f.name.split(".")
+        src, dst = by_pid.get(int(pid)), owner.get(int(peer))
+        if src is None or dst is None:
+            continue                                  # the agents' store traffic
+        if domain[src] == domain[dst]:
+            inside += f.read_bytes()
+        else:
+            across += f.read_bytes()
+    raw = [markers(r).numpy().tobytes() for r in range(4)]
+    probes = [b[j:j + 16] for b in raw for j in range(0, len(b) - 16, 256)]
+    assert across and found(probes, inside), "the recording saw both kinds of link"
+    assert not found(probes, across)
