@@ -15,7 +15,7 @@ import sys
 
 from ccddp.errors import ConfigError
 from ccddp.report.results import Results
-from ccddp.bench.stats import ratio_text
+from ccddp.stats import ratio_text
 
 
 def rows(results: list[Results]) -> list[list[str]]:

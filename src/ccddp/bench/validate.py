@@ -327,11 +327,11 @@ def launch_rounds(offs: list[dict], ons: list[dict]) -> dict[tuple, tuple[list[i
 def paired_errors(preds: list[dict], offs: list[dict], rounds: dict) -> dict:
     """The prediction against the measurement round by round (medians within a round of
     blocks): Hodges-Lehmann estimates with 95 % signed-rank intervals
-    (:func:`ccddp.bench.stats.paired_ratio`) of predicted/measured CC-on time and of
+    (:func:`ccddp.stats.paired_ratio`) of predicted/measured CC-on time and of
     predicted/measured CC-on/CC-off ratio, and the measured and predicted ratios."""
     import statistics
 
-    from ccddp.bench.stats import paired_ratio
+    from ccddp.stats import paired_ratio
 
     med = statistics.median
     off_steps = pooled_steps(offs)
