@@ -23,7 +23,7 @@ interval (separate launches) is never shown below 1.
 
 Example::
 
-    from ccddp.bench.validate import load_runs
+    from ccddp.runs import load_runs
     rows = compare_runs(load_runs(["benchmarks/training/zen5"]))
     print("\\n".join(markdown_table(rows)))
 """
@@ -34,8 +34,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ccddp.bench.validate import run_key, settings_of
 from ccddp.report.results import round_ms
+from ccddp.runs import run_key, settings_of
 from ccddp.stats import METHOD, Interval, paired_ratio, ratio_text
 
 SHAPE_KEYS = ("batch_size", "seq_len", "image_size", "dtype")
