@@ -24,7 +24,7 @@ interval (separate launches) is never shown below 1.
 Example::
 
     from ccddp.runs import load_runs
-    rows = compare_runs(load_runs(["benchmarks/training/zen5"]))
+    rows = compare_runs(load_runs(["benchmarks/training/rounds"]))
     print("\\n".join(markdown_table(rows)))
 """
 
