@@ -1,7 +1,7 @@
 """What the torch.distributed face costs: ``dist.all_reduce`` on a ccddp group vs
 ``ccddp.comm.all_reduce`` on a SecureGroup with the same settings, taking turns call by
 call (paired per iteration), at each size. The ratio is the Hodges-Lehmann median of the
-per-call ratios with its 95 % signed-rank interval (``ccddp.bench.stats.paired_ratio``).
+per-call ratios with its 95 % signed-rank interval (``ccddp.stats.paired_ratio``).
 
     CCDDP_GROUP_SECRET=$(python -c 'import os;print(os.urandom(32).hex())') \\
     torchrun --nproc-per-node 2 scripts/backend_overhead.py --sizes 1M,64M --iters 400 --json out.json
@@ -22,7 +22,7 @@ import torch.distributed as dist
 import ccddp.backend  # noqa: F401
 from ccddp.comm import CommSettings, SecureGroup, all_reduce
 try:
-    from ccddp.bench.stats import paired_ratio
+    from ccddp.stats import paired_ratio
 except ImportError:  # a tree before the statistics moved (the before/after comparison runs one)
     from ccddp.report.stats import paired_ratio
 

@@ -17,7 +17,7 @@ import os
 import re
 import statistics
 
-from ccddp.bench.stats import hodges_lehmann_interval, paired_ratio
+from ccddp.stats import hodges_lehmann_interval, paired_ratio
 
 
 def launches(paths: list[str]) -> dict[str, dict[str, float]]:

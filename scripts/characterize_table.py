@@ -4,7 +4,7 @@ overlap). The table BENCHMARKS.md shows for repeated ``--quick`` runs.
 
 Usage::
 
-    python scripts/characterize_table.py benchmarks/characterize/quick-1 benchmarks/characterize/quick-2
+    python scripts/characterize_table.py benchmarks/characterize/quick-r1 benchmarks/characterize/quick-r2
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 
 from ccddp.errors import ConfigError
 from ccddp.report.results import Results
-from ccddp.bench.stats import ratio_text
+from ccddp.stats import ratio_text
 
 
 def rows(results: list[Results]) -> list[list[str]]:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/training_table.py benchmarks/training/zen5 [--json table.json]
+    python scripts/training_table.py benchmarks/training/rounds [--json table.json]
 
 Takes directories or files of ``ccddp train --json`` results: comparisons of variants
 measured in turns (``--cc off,on``: paired ratios with 95 % intervals) or single runs,
@@ -16,9 +16,9 @@ import argparse
 import json
 import sys
 
-from ccddp.bench.validate import load_runs
 from ccddp.errors import ConfigError
 from ccddp.report.training_runs import compare_runs, markdown_table
+from ccddp.runs import load_runs
 from ccddp.workloads import WORKLOADS
 
 

@@ -7,8 +7,9 @@
   launches ranks through the in-process CLI (``main(["train", ...])``);
 - ``unit``: everything else (one process, seconds).
 
-A test may carry one of these marks itself; then it is left as it is. Run
-``pytest -m unit`` for the fast tests, ``pytest -m "not soak"`` to skip the soak.
+A test may carry one of these marks itself; then it is left as it is. ``multiprocess``
+and ``soak`` tests are also marked ``slow``. Run ``pytest -m "not slow"`` (or ``-m unit``)
+for the fast tier, ``pytest -m "not soak"`` to skip the soak.
 """
 
 import ast
@@ -30,7 +31,10 @@ MARKS = {
     "unit": "one process, no ranks: fast",
     "multiprocess": "starts processes (ranks, torchrun, the ccddp command)",
     "soak": "long repetition on real ranks",
+    "slow": "multiprocess or soak: deselect with -m 'not slow' for the fast tier",
 }
+#: Marks whose tests are also ``slow``.
+SLOW = ("multiprocess", "soak")
 #: Names whose use means "starts processes".
 SPAWNING_NAMES = {"run_ranks", "spawn", "torchrun", "subprocess", "multiprocessing", "mp", "Popen"}
 #: ccddp commands that launch ranks.
@@ -77,12 +81,18 @@ def pytest_collection_modifyitems(config, items):
     import pytest
 
     for item in items:
-        if any(item.get_closest_marker(m) for m in MARKS):
-            continue
-        path = str(item.fspath)
-        if os.path.basename(path).startswith("test_soak"):
-            item.add_marker(pytest.mark.soak)
-            continue
-        spawning = _spawning_functions(path)
-        names = {getattr(item, "originalname", item.name)} | set(getattr(item, "fixturenames", ()))
-        item.add_marker(pytest.mark.multiprocess if names & spawning else pytest.mark.unit)
+        _mark(item, pytest)
+        if any(item.get_closest_marker(m) for m in SLOW) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
+def _mark(item, pytest) -> None:
+    if any(item.get_closest_marker(m) for m in MARKS if m != "slow"):
+        return
+    path = str(item.fspath)
+    if os.path.basename(path).startswith("test_soak"):
+        item.add_marker(pytest.mark.soak)
+        return
+    spawning = _spawning_functions(path)
+    names = {getattr(item, "originalname", item.name)} | set(getattr(item, "fixturenames", ()))
+    item.add_marker(pytest.mark.multiprocess if names & spawning else pytest.mark.unit)

@@ -19,8 +19,8 @@ import pytest
 from _security_util import spawn, values
 from ccddp.bench.selftest import Expect, Plan, judge, resolve
 from ccddp.bench.selftest_options import ATTACKS, COLLECTIVES, ROW_KEYS, SETUP_ATTACKS, cases
-from ccddp.comm.adversary import Rule, SetupRule
 from ccddp.errors import ConfigError, FrameLabel, IntegrityError, PeerTimeoutError
+from ccddp.testing.adversary import Rule, SetupRule
 
 SECRET = bytes.fromhex("d14cc382da6e20061e1b14a4f9ab5d6415fe3f53c7d9763b7ebb6a114d934605")
 
@@ -31,7 +31,7 @@ def _rank(rank, n, naive_cases):
 
     from ccddp.bench.selftest import run_selftest
     from ccddp.comm import CommSettings, SecureGroup, all_reduce
-    from ccddp.comm.adversary import AdversarialTransport, Rule
+    from ccddp.testing.adversary import AdversarialTransport, Rule
     from ccddp.crypto.keys import GroupSecret
 
     secret = GroupSecret(SECRET)

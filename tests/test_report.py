@@ -21,7 +21,7 @@ from ccddp.report.crypto_ops import FAIL_MARK, OK_MARK, UNKNOWN_MARK, check_run,
 from ccddp.report.figures import FIGURES, write_figures
 from ccddp.report.markdown import render, write_report
 from ccddp.report.results import SCHEMA, Results, load_results
-from ccddp.bench.stats import Verdict, ratio_text, verdict
+from ccddp.stats import Verdict, ratio_text, verdict
 
 # workload -> (params, fp32 buckets, paper Fig. 6, fwd ms, bwd ms, shapes overrides)
 WORKLOADS = {
@@ -285,7 +285,7 @@ def test_the_paired_interval_is_the_inverted_wilcoxon_signed_rank_test():
     # shifts just outside are: the interval is the test's, not an approximation of it.
     from scipy.stats import wilcoxon
 
-    from ccddp.bench.stats import hodges_lehmann_interval
+    from ccddp.stats import hodges_lehmann_interval
 
     rng = random.Random(7)
     for n in (6, 9, 10, 17, 25):

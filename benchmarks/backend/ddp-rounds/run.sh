@@ -30,7 +30,7 @@ for r in $(seq $FIRST $ROUNDS); do
 done
 PYTHONPATH=$ROOT/src python - "$OUT" <<'PY'
 import glob, json, re, sys
-from ccddp.bench.stats import paired_ratio
+from ccddp.stats import paired_ratio
 out = sys.argv[1]
 summary = {}
 for w in ("bert-base", "resnet50"):

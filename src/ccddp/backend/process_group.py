@@ -182,18 +182,6 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         running = self.queue.running
         return running.op if running is not None else None
 
-    def call(self, fn: Callable[[SecureGroup], object]):
-        """``fn(secure_group)`` run on this group's op queue, in order with its collectives
-        (e.g. ``ccddp.comm.control.gather_json``); returns what it returns.
-
-        Example::
-
-            records = pg.call(lambda g: gather_json(my_record, g))
-        """
-        out = []
-        self._submit("call", lambda: out.append(fn(self.secure_group)), None).wait()
-        return out[0]
-
     # -- all-reduce and reduce ---------------------------------------------------------
     def _all_reduce(self, flat: torch.Tensor, red: Reduction) -> None:
         if self.domain_links is not None:

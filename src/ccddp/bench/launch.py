@@ -24,8 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
-
-import psutil
+import time
 
 from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE, GroupSecret
 from ccddp.errors import CCDDPError
@@ -93,25 +92,88 @@ GRACE_S = 3.0
 def stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
     """End torchrun ``proc`` and every process it started (the ranks run in sessions of
     their own, so they are found as its descendants); returns when all are gone."""
-    try:
-        ranks = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        ranks = []
+    ranks = _Ranks.of(proc.pid)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     # communicate, not wait: torchrun may write to a full pipe while it shuts down.
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.communicate(timeout=grace_s)
-    _, alive = psutil.wait_procs(ranks, timeout=grace_s if proc.poll() is None else 0.5)
+    alive = ranks.wait(timeout=grace_s if proc.poll() is None else 0.5)
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
+    alive.kill()
+    alive.wait(timeout=grace_s)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.communicate(timeout=grace_s)
+
+
+class _Ranks:
+    """The descendants of a process, to wait for and kill: through psutil where it is
+    installed (the ``bench`` extra), else through Linux's ``/proc`` (``ccddp launch`` needs
+    no more than the core dependencies)."""
+
+    def __init__(self, procs: list, psutil) -> None:
+        self.procs, self.psutil = procs, psutil
+
+    @classmethod
+    def of(cls, pid: int) -> _Ranks:
+        try:
+            import psutil
+        except ImportError:
+            return cls(_proc_descendants(pid), None)
+        try:
+            return cls(psutil.Process(pid).children(recursive=True), psutil)
+        except psutil.NoSuchProcess:
+            return cls([], psutil)
+
+    def wait(self, timeout: float) -> _Ranks:
+        """Wait up to ``timeout`` s for all to end; the ones still running."""
+        if self.psutil is not None:
+            return _Ranks(self.psutil.wait_procs(self.procs, timeout=timeout)[1], self.psutil)
+        deadline = time.monotonic() + timeout
+        alive = [p for p in self.procs if _proc_running(p)]
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+            alive = [p for p in alive if _proc_running(p)]
+        return _Ranks(alive, None)
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if self.psutil is not None:
+                with contextlib.suppress(self.psutil.NoSuchProcess):
+                    p.kill()
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def _proc_descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit() and (st := _proc_stat(int(name))):
+                children.setdefault(int(st[1]), []).append(int(name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _proc_running(pid: int) -> bool:
+    st = _proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
 
 
 def _interrupt(signum, frame) -> None:

@@ -3,7 +3,7 @@ collectives and against the setup of a secure group on this machine's ranks, and
 whether each one was caught.
 
 For each (attack, collective) case every rank builds a fresh :class:`SecureGroup` on an
-:class:`~ccddp.comm.adversary.AdversarialTransport` and runs three windows:
+:class:`~ccddp.testing.adversary.AdversarialTransport` and runs three windows:
 
 0. a clean all-reduce (frames of several ring steps, and frames of the other links, for
    splices to draw on),
@@ -56,8 +56,6 @@ import torch.distributed as dist
 
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
-from ccddp.comm.adversary import (AbandonedWait, AbortSignal, AdversarialTransport, AdversaryError, Rule,
-                                  SetupRule)
 from ccddp.comm.control import gather_json
 from ccddp.comm.transport import Transport
 from ccddp.crypto.establish import EstablishmentError, KeyEstablishment
@@ -65,6 +63,8 @@ from ccddp.crypto.keys import GroupSecret
 from ccddp.bench.selftest_options import (COLLECTIVES, DATA_ATTACKS, FAULTS, SETUP_ATTACKS, build_parser, cases,
                                           check_lists, parse_lists)
 from ccddp.errors import CCDDPError, ConfigError, FrameLabel, IntegrityError, PeerTimeoutError
+from ccddp.testing.adversary import (AbandonedWait, AbortSignal, AdversarialTransport, AdversaryError, Rule,
+                                     SetupRule)
 
 SCHEMA = "ccddp.selftest/1"
 # Elements per rank chunk: with 1 KiB segments every data frame is 1 KiB + tag, so frames

@@ -220,7 +220,7 @@ def precise_enough(trainers: list[Trainer], precision: float, group: SecureGroup
     budget's cap keep that small."""
     decision = None
     if dist.get_rank() == 0:
-        from ccddp.bench.stats import paired_ratio
+        from ccddp.stats import paired_ratio
 
         def by_round(t: Trainer) -> dict[int, float]:
             return {it["round"]: it["total_ms"] for it in t.iterations if not it["warmup"]}

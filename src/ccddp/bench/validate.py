@@ -40,79 +40,18 @@ Example::
 
 from __future__ import annotations
 
-import glob
-import json
 import os
-from typing import Any, Iterable
 
 from ccddp.chains import auto_chains
 from ccddp.errors import ConfigError
+from ccddp.runs import load_runs, run_key, settings_of
 
-TRAIN_SCHEMA = "ccddp.train/1"
-COMPARE_SCHEMA = "ccddp.train.compare/1"   # several variants of one launch: {"runs": [TRAIN_SCHEMA, ...]}
-CHARACTERIZE_SCHEMA = "ccddp.characterize/1"
 SCHEMA = "ccddp.validate/1"
 #: A row passes when the CC-on iteration time and the CC-on/CC-off ratio are both within
 #: 10 % of the measured ones.
 TIME_TOLERANCE = 0.10
 RATIO_TOLERANCE = 0.10
 SIM_SCHEDULES = {"pipelined": "pipelined", "naive": "naive"}
-# Settings of the workload that are not shapes (recorded in "shapes" for the record).
-_NOT_SETTINGS = {"workload", "family", "size", "paper_batch_size", "num_params", "param_bytes",
-                 "dtype_reduced", "dtype_reason"}
-
-
-# -- reading results ---------------------------------------------------------------------
-
-def _read(path: str) -> list[dict]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"measured result not found: {path}") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not a readable JSON result ({e})") from None
-    if not isinstance(data, dict):
-        return []
-    schema = data.get("schema")
-    if schema == TRAIN_SCHEMA:
-        return [{**data, "source": path}]
-    if schema == COMPARE_SCHEMA:
-        return [{**r, "source": f"{path}#{r.get('variant')}"} for r in data.get("runs", [])]
-    if schema == CHARACTERIZE_SCHEMA:
-        return [{**r["result"], "source": f"{path}#{r['key']}"} for r in data.get("runs", [])
-                if r.get("status") == "ok" and r.get("result")]
-    return []
-
-
-def load_runs(paths: Iterable[str]) -> list[dict]:
-    """Training results from files and directories (``*.json`` below them); JSON files of
-    other kinds in a directory are skipped, a named file must be a result."""
-    runs: list[dict] = []
-    for p in paths:
-        if os.path.isdir(p):
-            for f in sorted(glob.glob(os.path.join(p, "**", "*.json"), recursive=True)):
-                runs += _read(f)
-        else:
-            found = _read(p)
-            if not found:
-                raise ConfigError(f"{p} is not a `ccddp train --json` or `ccddp characterize` "
-                                  f"result (schema {TRAIN_SCHEMA}, {COMPARE_SCHEMA} or {CHARACTERIZE_SCHEMA})")
-            runs += found
-    if not runs:
-        raise ConfigError("no measured training results found in " + ", ".join(map(str, paths)))
-    return runs
-
-
-def settings_of(run: dict) -> dict[str, Any]:
-    """The workload settings a run used (its ``shapes`` minus derived facts)."""
-    return {k: v for k, v in run.get("shapes", {}).items() if k not in _NOT_SETTINGS}
-
-
-def run_key(run: dict) -> tuple:
-    """Runs with equal keys differ only in CC mode and schedule."""
-    return (run["workload"], run.get("size", "default"), int(run["world_size"]),
-            json.dumps(settings_of(run), sort_keys=True), run.get("bucket_cap_mb"))
 
 
 def _on_key(run: dict) -> tuple:
@@ -327,11 +266,11 @@ def launch_rounds(offs: list[dict], ons: list[dict]) -> dict[tuple, tuple[list[i
 def paired_errors(preds: list[dict], offs: list[dict], rounds: dict) -> dict:
     """The prediction against the measurement round by round (medians within a round of
     blocks): Hodges-Lehmann estimates with 95 % signed-rank intervals
-    (:func:`ccddp.bench.stats.paired_ratio`) of predicted/measured CC-on time and of
+    (:func:`ccddp.stats.paired_ratio`) of predicted/measured CC-on time and of
     predicted/measured CC-on/CC-off ratio, and the measured and predicted ratios."""
     import statistics
 
-    from ccddp.bench.stats import paired_ratio
+    from ccddp.stats import paired_ratio
 
     med = statistics.median
     off_steps = pooled_steps(offs)

@@ -91,7 +91,7 @@ def plan_from(args: argparse.Namespace):
 def group_line(data: dict, plan, workload: str, ws: int) -> str:
     """What one finished launch measured, in one line: each CC-on schedule over CC-off."""
     from ccddp.report.results import Results
-    from ccddp.bench.stats import ratio_text
+    from ccddp.stats import ratio_text
 
     res = Results(data)
     parts = []

@@ -115,7 +115,7 @@ def _header(key: str) -> str:
 
 def _print_comparison(results: list[dict], head: str, phases: tuple[str, ...]) -> None:
     from ccddp.report.results import round_ms
-    from ccddp.bench.stats import METHOD, median_interval, paired_ratio, ratio_text
+    from ccddp.stats import METHOD, median_interval, paired_ratio, ratio_text
     from ccddp.report.tables import Col, print_rows
 
     def total(r: dict) -> str:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from ccddp.report.results import PHASES, Results
-from ccddp.bench.stats import Interval, shows_difference
+from ccddp.stats import Interval, shows_difference
 
 DPI = 110
 #: Fixed salt: SVG element ids are hashes of it, so they repeat run to run.

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from ccddp.report.crypto_ops import check_runs, mark
 from ccddp.report.figures import write_figures
 from ccddp.report.results import SCHEMA, Results
-from ccddp.bench.stats import METHOD, Verdict, interval_text, ratio_text, verdict
+from ccddp.stats import METHOD, Verdict, interval_text, ratio_text, verdict
 
 FIGURES_DIR = "figures"
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ccddp.errors import ConfigError
-from ccddp.bench.stats import Interval, median_interval, paired_ratio
+from ccddp.stats import Interval, median_interval, paired_ratio
 
 SCHEMA = "ccddp.characterize/1"
 
@@ -176,7 +176,7 @@ class Results:
         schedule ``against``, per iteration on rank 0, or None when a run is missing.
 
         Runs measured in turns in one launch are paired by round: the median of the
-        per-round ratios with its 95 % interval (:mod:`ccddp.bench.stats`). Runs from
+        per-round ratios with its 95 % interval (:mod:`ccddp.stats`). Runs from
         separate launches (older results files) give the ratio of their medians, with
         ``n == 0`` and no interval."""
         num = self.run(workload, world_size, "on", schedule)

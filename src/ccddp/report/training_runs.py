@@ -10,7 +10,7 @@ Ratios per variant:
 
 - ``paired``: where the variant and CC-off took turns in one launch, the median of the
   per-round ratios over every such launch's rounds, with its 95 % interval
-  (:mod:`ccddp.bench.stats`); None when no launch measured them in turns;
+  (:mod:`ccddp.stats`); None when no launch measured them in turns;
 - ``ratio``: median over runs of the variant / median over runs of CC-off;
 - ``ratio_fwd``: the same for each run's iteration time divided by its own forward time.
   The forward pass does the same work in every variant (no gradient traffic; only
@@ -18,13 +18,13 @@ Ratios per variant:
   machine's speed, which drifts between runs (the same variant's runs differ by
   10-40 % on a shared VM) far more than the iteration/forward proportion does.
 
-Tables print every ratio through :func:`ccddp.bench.stats.ratio_text`: one without an
+Tables print every ratio through :func:`ccddp.stats.ratio_text`: one without an
 interval (separate launches) is never shown below 1.
 
 Example::
 
-    from ccddp.bench.validate import load_runs
-    rows = compare_runs(load_runs(["benchmarks/training/zen5"]))
+    from ccddp.runs import load_runs
+    rows = compare_runs(load_runs(["benchmarks/training/rounds"]))
     print("\\n".join(markdown_table(rows)))
 """
 
@@ -34,9 +34,9 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ccddp.bench.validate import run_key, settings_of
 from ccddp.report.results import round_ms
-from ccddp.bench.stats import METHOD, Interval, paired_ratio, ratio_text
+from ccddp.runs import run_key, settings_of
+from ccddp.stats import METHOD, Interval, paired_ratio, ratio_text
 
 SHAPE_KEYS = ("batch_size", "seq_len", "image_size", "dtype")
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ccddp.errors import ConfigError
+from ccddp.workloads.paper_table import PAPER
 
 #: dtype names accepted by ``dtype=`` overrides and ``--dtype`` options.
 DTYPES: dict[str, torch.dtype] = {
@@ -181,8 +182,6 @@ class Workload:
     @property
     def shapes(self) -> dict[str, Any]:
         """Everything this workload uses, for result files (JSON-serialisable)."""
-        from ccddp.workloads.paper import PAPER
-
         reduced = self.param_dtype != torch.float32
         if not reduced:
             reason = None
@@ -247,8 +246,6 @@ class Workload:
         for GPT2-XL, no memory). This is the order DDP's Reducer records in iteration 0
         and rebuilds its buckets from; see :func:`ccddp.workloads.bucket_plan`.
         """
-        from ccddp.workloads.bucketing import reducer_parameters
-
         probe = type(self)(self.name, self.size, **{**self.settings, "batch_size": 1})
         model = probe.build_model(device="meta")
         _, params, _ = reducer_parameters(model)
@@ -301,3 +298,21 @@ def _check_position(step: int, rank: int, world_size: int) -> None:
         raise ConfigError(f"rank must be in [0, {world_size}), got {rank}")
     if step < 0:
         raise ConfigError(f"step must be >= 0, got {step}")
+
+
+def reducer_parameters(model: torch.nn.Module) -> tuple[list[str], list[torch.Tensor], list[bool]]:
+    """(names, parameters, expect_sparse_gradient) in DDP's order (``_build_params_for_reducer``)."""
+    names: list[str] = []
+    params: list[torch.Tensor] = []
+    sparse: list[bool] = []
+    seen: set[int] = set()
+    for module_name, module in model.named_modules():
+        for param_name, param in module.named_parameters(recurse=False):
+            if not param.requires_grad or id(param) in seen:
+                continue
+            seen.add(id(param))
+            names.append(f"{module_name}.{param_name}" if module_name else param_name)
+            params.append(param)
+            sparse.append(isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag))
+                          and bool(module.sparse))
+    return names, params, sparse

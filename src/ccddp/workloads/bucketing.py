@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from ccddp.errors import ConfigError
-from ccddp.workloads.base import Workload, dtype_name, parse_dtype
+from ccddp.workloads.base import Workload, dtype_name, parse_dtype, reducer_parameters
 
 MIB = 1024 * 1024
 DEFAULT_BUCKET_CAP_MB = 25  # DDP's _DEFAULT_BUCKET_CAP_MB
@@ -122,24 +122,6 @@ def bucket_limits(bucket_cap_mb: float | None) -> tuple[int, int]:
         raise ConfigError(f"bucket_cap_mb must be > 0, got {bucket_cap_mb}")
     cap = int(value * MIB)
     return cap, cap
-
-
-def reducer_parameters(model: torch.nn.Module) -> tuple[list[str], list[torch.Tensor], list[bool]]:
-    """(names, parameters, expect_sparse_gradient) in DDP's order (``_build_params_for_reducer``)."""
-    names: list[str] = []
-    params: list[torch.Tensor] = []
-    sparse: list[bool] = []
-    seen: set[int] = set()
-    for module_name, module in model.named_modules():
-        for param_name, param in module.named_parameters(recurse=False):
-            if not param.requires_grad or id(param) in seen:
-                continue
-            seen.add(id(param))
-            names.append(f"{module_name}.{param_name}" if module_name else param_name)
-            params.append(param)
-            sparse.append(isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag))
-                          and bool(module.sparse))
-    return names, params, sparse
 
 
 def bucket_plan(workload_or_model: Workload | torch.nn.Module | str,

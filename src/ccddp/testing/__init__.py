@@ -1,0 +1,6 @@
+"""Testing tools outside the product: what ``ccddp selftest`` and the test suite use to
+attack and probe the engine, never imported by the backend, the engine or DDP.
+
+- :mod:`ccddp.testing.adversary`: an adversary on the link (a ``Transport`` that
+  tampers with, drops, replays or holds the frames it carries).
+"""
