@@ -18,7 +18,7 @@ one module, none reaching back up:
    ``crypto.channel.LinkChannel``, AES-256-GCM, counter nonces, the frame's context as AAD).
 4. ``transport.Transport`` moves the frames on bare gloo connection sets (one per link
    direction) with finite waits: every byte the host sees passes there, which is where the
-   tests' adversary sits (``ccddp.comm.adversary``).
+   tests' adversary sits (``ccddp.testing.adversary``).
 
 The checked functions (``all_reduce``, ``all_gather``, ...) validate any caller's input and
 also run the plaintext references the benchmarks compare against (``impl="gloo"``, gloo's

@@ -3,7 +3,7 @@
 Every byte of a collective goes through :class:`Transport` -- the point-to-point frames
 of the data and the plaintext all-gathers of the setup (:meth:`Transport.exchange`) --
 so tests (and users checking their cluster) can put an adversary on the link by
-subclassing it (see ``ccddp.comm.adversary``). gloo P2P work objects have no futures;
+subclassing it (see ``ccddp.testing.adversary``). gloo P2P work objects have no futures;
 completion is polled with ``is_completed`` and awaited with a timeout.
 
 One wire path: a process group's own ``send``/``recv``/``allgather`` in group ranks, which

@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 
 import torch
@@ -37,6 +38,9 @@ from ccddp.crypto import GroupSecret
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.ddp.hooks import HookState, timed
 from ccddp.errors import ConfigError
+
+_DDP_TAKES_FORWARD_SYNC = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+
 
 def ccddp_group(process_group: dist.ProcessGroup | None, settings: CommSettings | None,
                 secret: GroupSecret | None) -> ProcessGroupCCDDP:
@@ -66,10 +70,11 @@ class SecureDDP(DistributedDataParallel):
             process_group = ccddp_group(process_group, settings, secret)
         elif isinstance(process_group or dist.group.WORLD, ProcessGroupCCDDP):
             raise ConfigError("cc='off' is the plaintext baseline: give it a gloo group, not a ccddp one")
-        # `forward_sync_buffers` is DDP's name for what `broadcast_buffers` meant; DDP
-        # syncs buffers at construction either way.
-        super().__init__(module, process_group=process_group, forward_sync_buffers=broadcast_buffers,
-                         bucket_cap_mb=bucket_cap_mb, **ddp_kwargs)
+        # `forward_sync_buffers` is torch 2.13's name for what `broadcast_buffers` meant
+        # (older DDP knows only the latter); DDP syncs buffers at construction either way.
+        sync = "forward_sync_buffers" if _DDP_TAKES_FORWARD_SYNC else "broadcast_buffers"
+        super().__init__(module, process_group=process_group, bucket_cap_mb=bucket_cap_mb,
+                         **{sync: broadcast_buffers}, **ddp_kwargs)
         pg = self.process_group
         self.cc = cc
         if isinstance(pg, ProcessGroupCCDDP):
