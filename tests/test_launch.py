@@ -34,12 +34,23 @@ def _initial_parameter_markers() -> list[bytes]:
     return [raw[i:i + 16] for i in range(0, len(raw) - 16, 16) if len(set(raw[i:i + 16])) >= 10]
 
 
+def _reference_run(lib, wire_dir):
+    """The plaintext reference under plain torchrun and gloo. gloo itself now and then
+    aborts a rank in its teardown on a loaded machine ("terminate called without an active
+    exception" after destroy_process_group): that run is repeated once."""
+    for _ in range(2):
+        plain = torchrun([EXAMPLE, "--steps", "3"], wiretap=lib, wire_dir=wire_dir, timeout=300)
+        if plain.returncode == 0:
+            break
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    return plain
+
+
 def test_launch_runs_an_unmodified_script_sealed(tmp_path):
     lib = build_wiretap(tmp_path)
     (tmp_path / "gloo").mkdir()
     (tmp_path / "ccddp").mkdir()
-    plain = torchrun([EXAMPLE, "--steps", "3"], wiretap=lib, wire_dir=tmp_path / "gloo", timeout=300)
-    assert plain.returncode == 0, plain.stderr[-3000:]
+    plain = _reference_run(lib, tmp_path / "gloo")
     env = dict(os.environ, PYTHONPATH=str(SRC), LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(tmp_path / "ccddp"),
                OMP_NUM_THREADS="1")
     env.pop("CCDDP_GROUP_SECRET", None)  # a single-node launch makes its own

@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info, process_cpu_seconds
-from ccddp.bench.options import DTYPE_NAMES, OPS, build_collectives_parser, parse_size  # noqa: F401
+from ccddp.bench.options import (DTYPE_NAMES, OPS, build_collectives_parser, parse_size,  # noqa: F401
+                                 trust_domains_setting)
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.control import gather_json
@@ -40,6 +41,40 @@ def bus_factor(op: str, n: int) -> float:
 def _pattern(numel: int, rank: int, dtype: torch.dtype) -> torch.Tensor:
     # Small integers are exact in every dtype and in any summation order.
     return ((torch.arange(numel) % 7) + rank + 1).to(dtype)
+
+
+#: The ccddp backend itself, hierarchical over ``--trust-domains``: not a ``CommSettings``
+#: implementation (the engine's are), but what a user's ``dist.all_reduce`` runs.
+BACKEND_IMPL = "secure-domains"
+
+
+class _SummedCounters:
+    def __init__(self, groups) -> None:
+        self.groups = groups
+
+    def snapshot(self) -> dict:
+        snaps = [g.counters.snapshot() for g in self.groups]
+        return {k: sum(s[k] for s in snaps) for k in snaps[0]}
+
+
+class _BackendGroup:
+    """A ccddp backend group over every rank with the engine's settings and a trust-domain
+    map; its counters add the shard ring's across domains to the group's own."""
+
+    def __init__(self, settings: CommSettings) -> None:
+        from datetime import timedelta
+
+        from ccddp.backend import Options
+
+        self.pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=settings.timeout_s),
+                                 pg_options=Options(settings=settings))
+        self.settings = settings
+        links = self.pg.domain_links
+        cross = [links.cross] if links is not None and links.cross is not None else []
+        self.counters = _SummedCounters([self.pg.secure_group, *cross])
+
+    def close(self) -> None:
+        pass  # the group lives until destroy_process_group
 
 
 class _Case:
@@ -79,12 +114,21 @@ class _Case:
         else:
             self.buf.copy_(self.src)
 
-    def call(self, g: SecureGroup) -> tuple[float, float]:
+    def call(self, g: "SecureGroup | _BackendGroup") -> tuple[float, float]:
         """One timed call of ``g``'s implementation; returns (seconds, CPU seconds of
         this process)."""
         op = self.op
         c0, t0 = process_cpu_seconds(), time.perf_counter()
-        if op == "all_reduce":
+        if isinstance(g, _BackendGroup):
+            if op == "all_reduce":
+                dist.all_reduce(self.buf, group=g.pg)
+            elif op == "reduce_scatter":
+                dist.reduce_scatter_tensor(self.buf, self.inp, group=g.pg)
+            elif op == "all_gather":
+                dist.all_gather_into_tensor(self.buf, self.inp, group=g.pg)
+            else:
+                dist.broadcast(self.buf, 0, group=g.pg)
+        elif op == "all_reduce":
             all_reduce(self.buf, g)
         elif op == "reduce_scatter":
             reduce_scatter(self.buf, self.inp, g)
@@ -132,9 +176,13 @@ def bench(args: argparse.Namespace) -> list[dict]:
     report = SecureGroup(CommSettings(impl="secure", timeout_s=args.timeout))
     groups = {}
     for impl in args.impl.split(","):
-        groups[impl] = SecureGroup(CommSettings(
-            impl=impl, algorithm=args.algorithm, segment_bytes=int(args.segment_mb * (1 << 20)),
-            tag=args.tag, chains=args.chains, allgather=args.allgather, timeout_s=args.timeout))
+        settings = CommSettings(impl="secure" if impl == BACKEND_IMPL else impl, algorithm=args.algorithm,
+                                segment_bytes=int(args.segment_mb * (1 << 20)), tag=args.tag, chains=args.chains,
+                                allgather=args.allgather, timeout_s=args.timeout)
+        if impl == BACKEND_IMPL:
+            groups[impl] = _BackendGroup(settings.with_(trust_domains=trust_domains_setting(args.trust_domains)))
+        else:
+            groups[impl] = SecureGroup(settings)
     rows = []
     for op in args.ops.split(","):
         for size in args.sizes.split(","):
@@ -216,7 +264,8 @@ def validate(args: argparse.Namespace) -> None:
             raise ConfigError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
     impls = args.impl.split(",")
     for impl in impls:
-        CommSettings(impl=impl)
+        CommSettings(impl="secure" if impl == BACKEND_IMPL else impl)
+    CommSettings(trust_domains=trust_domains_setting(args.trust_domains))
     if len(set(impls)) != len(impls):
         raise ConfigError(f"--impl lists an implementation twice: {args.impl}")
     for size in args.sizes.split(","):

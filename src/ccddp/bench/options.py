@@ -124,6 +124,9 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                    help="crypto threads per rank (0: CPU cores / local ranks)")
     p.add_argument("--tag", default="segment", choices=["segment", "message"],
                    help="one authentication tag per segment or per ring message")
+    p.add_argument("--trust-domains", default="rank", metavar="MAP",
+                   help="which ranks share a trust boundary (CC-on: all-reduces plaintext inside a domain, "
+                        "sealed across): rank (default: every rank its own), node, or a JSON list of rank lists")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any rank may wait on a peer")
     p.add_argument("--json", default=None, help="write the results here")
     return p
@@ -185,8 +188,25 @@ def build_collectives_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--chains", type=int, default=0, help="crypto threads per rank (0: CPU cores / local ranks)")
     p.add_argument("--allgather", default="per-link", choices=["per-link", "group-key"],
                    help="all-gather keys: per link, or one group key (ciphertext forwarded)")
+    p.add_argument("--trust-domains", default="rank", metavar="MAP",
+                   help="which ranks share a trust boundary, for the implementation 'secure-domains' (the "
+                        "ccddp backend, hierarchical over the domains): rank (every rank its own), node, or a "
+                        "JSON list of rank lists such as [[0,1],[2,3]]")
     p.add_argument("--iters", type=int, default=10, help="measured calls per implementation and size")
     p.add_argument("--warmup", type=int, default=2, help="calls before measuring")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any rank may wait on a peer")
     p.add_argument("--json", default=None, help="write the rows here")
     return p
+
+
+def trust_domains_setting(text: str):
+    """``--trust-domains``: a name (``rank``, ``node``) or a JSON list of rank lists."""
+    import json
+
+    text = text.strip()
+    if not text.startswith("["):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"--trust-domains {text!r} is not a JSON list of rank lists: {e}") from None

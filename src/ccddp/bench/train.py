@@ -33,7 +33,8 @@ import torch
 import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info
-from ccddp.bench.options import PHASES, SCHEDULES, Variant, build_parser, check, variant_key  # noqa: F401
+from ccddp.bench.options import (PHASES, SCHEDULES, Variant, build_parser, check,  # noqa: F401
+                                 trust_domains_setting, variant_key)
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup
 from ccddp.comm.control import gather_json
@@ -50,9 +51,11 @@ MAX_ROUNDS = 200
 
 
 def settings_from(args: argparse.Namespace, variant: Variant) -> CommSettings:
-    return CommSettings(impl=SCHEDULES[variant.schedule] if variant.cc == "on" else "gloo",
+    on = variant.cc == "on"
+    return CommSettings(impl=SCHEDULES[variant.schedule] if on else "gloo",
                         segment_bytes=int(args.segment_mb * (1 << 20)), chains=args.chains, tag=args.tag,
-                        timeout_s=args.timeout)
+                        timeout_s=args.timeout,
+                        trust_domains=trust_domains_setting(args.trust_domains) if on else "rank")
 
 
 def workload_from(args: argparse.Namespace):

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         out = os.path.join(tmp, "result.json")
         forwarded = ["--sizes", args.sizes, "--impl", args.impl, "--ops", args.ops, "--dtype", args.dtype,
                      "--algorithm", args.algorithm, "--segment-mb", str(args.segment_mb), "--tag", args.tag,
-                     "--chains", str(args.chains), "--allgather", args.allgather, "--iters", str(args.iters),
+                     "--chains", str(args.chains), "--allgather", args.allgather,
+                     "--trust-domains", args.trust_domains, "--iters", str(args.iters),
                      "--warmup", str(args.warmup), "--timeout", str(args.timeout), "--json", out]
         # The AES-GCM rate of the floor, measured in this run (before the ranks start, so
         # the measuring thread has a core to itself), and again after them: the rate

@@ -30,7 +30,7 @@ def forwarded_args(args: argparse.Namespace, json_path: str) -> list[str]:
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--alternate", args.alternate,
            "--block", str(args.block), "--seed", str(args.seed), "--lr", str(args.lr),
            "--segment-mb", str(args.segment_mb), "--chains", str(args.chains), "--tag", args.tag,
-           "--timeout", str(args.timeout), "--json", json_path]
+           "--trust-domains", args.trust_domains, "--timeout", str(args.timeout), "--json", json_path]
     for flag, value in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
                         ("--image-size", args.image_size), ("--dtype", args.dtype),
                         ("--bucket-cap-mb", args.bucket_cap_mb), ("--budget", args.budget),
