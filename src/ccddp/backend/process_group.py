@@ -10,10 +10,14 @@ it waits for the op before the queue's worker has started it); the returned work
 future completes once it has run. Point-to-point messages are sealed and posted on the calling
 thread, on links of their own.
 
-Inside, the group keeps three gloo connection sets built from a ``PrefixStore`` of the
-group's own store: collectives (one per link direction) and point-to-point messages.
-They are registered nowhere: users, torch's group registry and ``torch.compile`` never
-see them, and every op method is kept out of dynamo's tracing (``torch.compiler.disable``).
+Inside, the group keeps bare gloo connection sets built from a ``PrefixStore`` of the
+group's own store (:mod:`ccddp.backend.links`): collectives (one per link direction) and
+point-to-point messages, and, with trust domains larger than one rank
+(``CommSettings.trust_domains``), its domain's loopback-bound plaintext set and its
+shard's sealed ring across domains, over which all-reduces run hierarchically
+(:mod:`ccddp.comm.hierarchy`). They are registered nowhere: users, torch's group registry
+and ``torch.compile`` never see them, and every op method is kept out of dynamo's tracing
+(``torch.compiler.disable``).
 
 Example::
 
