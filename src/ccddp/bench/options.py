@@ -30,6 +30,12 @@ DEFAULT_SEGMENT_MB = 4.0
 #: ``ccddp bench collectives``: operations and element types it can time.
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
+#: The workloads' names, in the registry's order, so a mistyped name is refused before
+#: torch and the models load. A test keeps it equal to ``ccddp.workloads.WORKLOADS``.
+WORKLOAD_NAMES = ("graphsage", "resnet50", "resnet101", "bert-base", "bert-large", "gpt2-large", "gpt2-xl")
+#: Collective implementations (``ccddp.comm.settings.IMPLS``, which imports torch; a test
+#: keeps the two equal).
+IMPL_NAMES = ("gloo", "ring", "secure-naive", "secure")
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,7 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                     "of every iteration. With --cc off,on the variants take turns iteration by "
                     "iteration in one launch, so a change in the machine's load falls on both, and "
                     "each CC-on/CC-off ratio comes with a 95 % interval.")
-    p.add_argument("--workload", required=True, help="graphsage, resnet50, resnet101, bert-base, bert-large, "
-                                                     "gpt2-large or gpt2-xl")
+    p.add_argument("--workload", required=True, help=", ".join(WORKLOAD_NAMES[:-1]) + " or " + WORKLOAD_NAMES[-1])
     p.add_argument("--size", default="default", choices=["default", "tiny"],
                    help="tiny: the same model with a few layers, for quick checks")
     p.add_argument("--cc", default="on", help="off, on, or off,on to compare them in one launch")
@@ -129,8 +134,23 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     return p
 
 
+def check_workload_name(name: str) -> str:
+    """``name`` if it is a workload, else :class:`ConfigError` (without importing torch)."""
+    if name not in WORKLOAD_NAMES:
+        raise ConfigError(f"unknown workload '{name}'; choose one of: {', '.join(WORKLOAD_NAMES)}")
+    return name
+
+
 def check(args: argparse.Namespace) -> list[Variant]:
-    """Refuse what cannot be measured, in the user's words; return the variants."""
+    """Refuse what cannot be measured, in the user's words; return the variants. Imports
+    nothing heavy: every argument is checked before torch or a model loads."""
+    check_workload_name(args.workload)
+    if args.dtype is not None and args.dtype not in DTYPE_NAMES:
+        raise ConfigError(f"unsupported dtype '{args.dtype}'; choose one of: {', '.join(DTYPE_NAMES)}")
+    for flag, value in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
+                        ("--image-size", args.image_size)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
     variants = variants_of(args)
     if args.steps < 1 or args.warmup < 0:
         raise ConfigError("--steps must be >= 1 and --warmup >= 0")
@@ -190,3 +210,23 @@ def build_collectives_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any rank may wait on a peer")
     p.add_argument("--json", default=None, help="write the rows here")
     return p
+
+
+def check_collectives(args: argparse.Namespace) -> None:
+    """``ccddp bench collectives``' arguments, checked without torch (the workers check
+    them again with :func:`ccddp.bench.collectives.validate`)."""
+    for op in args.ops.split(","):
+        if op not in OPS:
+            raise ConfigError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
+    impls = args.impl.split(",")
+    for impl in impls:
+        if impl not in IMPL_NAMES:
+            raise ConfigError(f"impl must be one of {', '.join(IMPL_NAMES)}, got {impl!r}")
+    if len(set(impls)) != len(impls):
+        raise ConfigError(f"--impl lists an implementation twice: {args.impl}")
+    for size in args.sizes.split(","):
+        parse_size(size)
+    if args.iters < 1 or args.warmup < 0:
+        raise ConfigError("--iters must be >= 1 and --warmup >= 0")
+    if args.segment_mb <= 0:
+        raise ConfigError(f"--segment-mb must be positive, got {args.segment_mb:g}")

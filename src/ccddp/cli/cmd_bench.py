@@ -38,14 +38,18 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ccddp.bench.options import check_collectives
+
+    # Every argument before torch loads: a mistake is answered at once.
+    if args.world_size < 2:
+        raise ConfigError(f"--world-size must be >= 2 (a collective needs a peer), got {args.world_size}")
+    check_collectives(args)
     from ccddp.bench.collectives import validate
     from ccddp.bench.launch import torchrun
     from ccddp.bench.machine import aes_gcm_rate
     from ccddp.report.tables import add_additive_floor, print_collectives
 
     validate(args)
-    if args.world_size < 2:
-        raise ConfigError(f"--world-size must be >= 2 (a collective needs a peer), got {args.world_size}")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         forwarded = ["--sizes", args.sizes, "--impl", args.impl, "--ops", args.ops, "--dtype", args.dtype,

@@ -41,10 +41,9 @@ def forwarded_args(args: argparse.Namespace, json_path: str) -> list[str]:
 
 
 def check_request(args: argparse.Namespace) -> None:
-    """Fail before launching anything when the request cannot work here."""
-    from ccddp.bench.memory import check_fits
+    """Fail before launching anything when the request cannot work here: every argument
+    first, without torch (an answer in well under a second), then what needs the model."""
     from ccddp.bench.options import check
-    from ccddp.bench.train import workload_from
 
     variants = check(args)
     if args.world_size < 1 or args.nnodes < 1:
@@ -62,6 +61,13 @@ def check_request(args: argparse.Namespace) -> None:
                           f"or {ENV_SECRET_FILE} on each node")
     if args.budget is not None and args.warmup < 1:
         raise ConfigError("--budget needs --warmup >= 1: the warm-up times the budget")
+    if args.master_port is not None and not 0 < args.master_port < 65536:
+        raise ConfigError(f"--master-port must be a TCP port, 1 .. 65535, got {args.master_port}")
+    if not 0 <= args.node_rank < args.nnodes:
+        raise ConfigError(f"--node-rank must be in 0 .. {args.nnodes - 1}, got {args.node_rank}")
+    from ccddp.bench.memory import check_fits
+    from ccddp.bench.train import workload_from
+
     wl = workload_from(args)
     # Variants that do not fit together take turns one model at a time: each must fit alone.
     for v in variants:
