@@ -27,6 +27,9 @@ ALTERNATIONS = ("auto", "iteration", "block")
 #: The secure collectives' own pipelining segment (MiB), the default of --segment-mb. A
 #: test checks it against ``CommSettings``, which this module cannot import without torch.
 DEFAULT_SEGMENT_MB = 4.0
+#: Set by ``ccddp train`` for its ranks: rank 0 prints a line per iteration, flushed, so a
+#: terminal or a pipe shows progress (``ccddp characterize`` runs the ranks quietly).
+PROGRESS_ENV = "CCDDP_TRAIN_PROGRESS"
 #: ``ccddp bench collectives``: operations and element types it can time.
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 DTYPE_NAMES = ("bfloat16", "float16", "float32")

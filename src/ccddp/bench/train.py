@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info
-from ccddp.bench.options import PHASES, SCHEDULES, Variant, build_parser, check, variant_key  # noqa: F401
+from ccddp.bench.options import PHASES, PROGRESS_ENV, SCHEDULES, Variant, build_parser, check, variant_key  # noqa: F401
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup
 from ccddp.comm.control import gather_json
@@ -112,6 +112,9 @@ class Trainer:
         # from one shared stream, or their training would differ by the order of turns.
         self.rng = torch.get_rng_state()
         self.iterations: list[dict] = []
+        # Progress: rank 0 alone prints (one line per iteration, never one per rank).
+        self.show = self.rank == 0 and os.environ.get(PROGRESS_ENV) == "1"
+        self.count, self.planned = 0, ""
 
     def step(self, step: int, round_: int | None) -> None:
         """One training iteration on the batch of ``step``; ``round_`` is the measured
@@ -123,6 +126,11 @@ class Trainer:
         finally:
             self.rng = torch.get_rng_state()
             torch.set_rng_state(outer)
+        self.count += 1
+        if self.show:
+            it = self.iterations[-1]
+            print(f"  {self.variant.label}: iteration {self.count}{self.planned}"
+                  f"{' (warm-up)' if round_ is None else ''} {it['total_ms']:.1f} ms", flush=True)
 
     def _step(self, step: int, round_: int | None) -> None:
         model, bounce, state, wl = self.model, self.bounce, self.model.hook_state, self.wl
@@ -236,6 +244,8 @@ def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
     """Every variant alive at once; each round runs one iteration of each, in turns."""
     origin = time.perf_counter()
     trainers = [Trainer(args, v, wl, origin) for v in variants]
+    for t in trainers:
+        t.planned = f"/{args.warmup + args.steps}" if args.budget is None else ""
     last_round = 0.0
     for step in range(args.warmup):
         t0 = time.perf_counter()
@@ -243,6 +253,8 @@ def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
             t.step(step, None)
         last_round = time.perf_counter() - t0
     most = measured_rounds(args, last_round, group) if args.warmup else args.steps
+    for t in trainers:
+        t.planned = f"/{'at most ' if args.precision else ''}{args.warmup + most}"
     rounds = 0
     while rounds < most:
         for t in in_turns(trainers, rounds):
@@ -265,6 +277,7 @@ def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tupl
     for r in range(rounds):
         for v in in_turns(variants, r):
             t = Trainer(args, v, wl, origin)
+            t.count, t.planned = r * (args.warmup + args.block), f"/{rounds * (args.warmup + args.block)}"
             for step in range(args.warmup):
                 t.step(step, None)
             for i in range(args.block):
