@@ -190,6 +190,7 @@ def test_train_says_what_it_launched_then_each_iteration_once(tmp_path):
                                "1 warm-up + 2 measured iterations"), lines[:3]
     assert str(tmp_path / "t.json") in lines[0]
     for variant in ("off", "on:pipelined"):
-        progress = [line.strip() for line in lines if line.strip().startswith(f"{variant}: iteration ")]
-        assert [p.split()[2] for p in progress] == ["1/3", "2/3", "3/3"], lines
+        progress = [line.split() for line in lines if line.startswith("  iteration ")]
+        progress = [" ".join(p) for p in progress if p[2].rstrip(":") == variant]
+        assert [p.split()[1] for p in progress] == ["1/3", "2/3", "3/3"], lines
         assert "(warm-up)" in progress[0] and "(warm-up)" not in progress[1]

@@ -129,8 +129,8 @@ class Trainer:
         self.count += 1
         if self.show:
             it = self.iterations[-1]
-            print(f"  {self.variant.label}: iteration {self.count}{self.planned}"
-                  f"{' (warm-up)' if round_ is None else ''} {it['total_ms']:.1f} ms", flush=True)
+            print(f"  iteration {self.count}{self.planned} {self.variant.label}"
+                  f"{' (warm-up)' if round_ is None else ''}: {it['total_ms']:.1f} ms", flush=True)
 
     def _step(self, step: int, round_: int | None) -> None:
         model, bounce, state, wl = self.model, self.bounce, self.model.hook_state, self.wl
