@@ -171,12 +171,17 @@ def test_precision_stops_a_budgeted_launch_once_the_ratios_are_that_precise(tmp_
                    "--steps", "6", "--warmup", "1", "--budget", budget, "--precision", precision, "--timeout", "60",
                    "--json", str(out), env={"CCDDP_GROUP_SECRET": SECRET})
         assert r.returncode == 0, r.stderr[-2000:]
-        counts = {run["pairing"]["rounds"] for run in json.loads(out.read_text())["runs"]}
+        runs = json.loads(out.read_text())["runs"]
+        counts = {run["pairing"]["rounds"] for run in runs}
         assert len(counts) == 1
+        # Why it stopped is recorded, for the report.
+        stops.append({run["pairing"]["stop"] for run in runs})
         return counts.pop()
 
+    stops: list[set] = []
     assert rounds("0.99", "60") == 6
     assert rounds("0.0001", "3") > 6
+    assert stops == [{"precision"}, {"time cap"}]
 
 
 def test_train_says_what_it_launched_then_each_iteration_once(tmp_path):

@@ -256,15 +256,23 @@ def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
     for t in trainers:
         t.planned = f"/{'at most ' if args.precision else ''}{args.warmup + most}"
     rounds = 0
+    # Why measuring stopped, for the report: "steps" (exactly --steps asked), "precision"
+    # (every ratio within --precision), "time cap" (the --budget held no more rounds) or
+    # "round cap" (MAX_ROUNDS).
+    stop = "steps" if args.budget is None or not args.warmup else ("round cap" if most >= MAX_ROUNDS else "time cap")
     while rounds < most:
         for t in in_turns(trainers, rounds):
             t.step(args.warmup + rounds, rounds)
         rounds += 1
         if args.precision and rounds >= args.steps and rounds < most \
                 and precise_enough(trainers, args.precision, group):
+            stop = "precision"
             break
+    if stop != "precision" and args.precision and rounds == args.steps and rounds == most:
+        stop = "steps"  # the budget held no more than the fewest rounds
     shas = {t.variant: t.finish() for t in trainers}
-    return trainers, {"alternation": "iteration", "rounds": rounds, "block": 1, "param_sha256": shas}
+    return trainers, {"alternation": "iteration", "rounds": rounds, "block": 1, "param_sha256": shas,
+                      "stop": stop}
 
 
 def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tuple[list[Trainer], dict]:
@@ -293,7 +301,7 @@ def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tupl
             gc.collect()
             dist.barrier()
     return [done[v] for v in variants], {"alternation": "block", "rounds": rounds, "block": args.block,
-                                         "param_sha256": shas}
+                                         "param_sha256": shas, "stop": "steps"}
 
 
 def measure(args: argparse.Namespace, variants: list[Variant]) -> list[dict]:
@@ -339,7 +347,8 @@ def result_of(args: argparse.Namespace, wl, t: Trainer, per_rank: list[list[floa
         "warmup": args.warmup,
         # How the variants of this launch took turns; a report pairs iterations of one round.
         "pairing": {"variants": labels, "alternation": how["alternation"], "rounds": how["rounds"],
-                    "block": how["block"]},
+                    "block": how["block"], "stop": how["stop"],
+                    "precision": args.precision, "budget_s": args.budget},
         "iterations": iterations, "summary": summary,
         "allreduce_calls_per_iteration": steady["allreduce_calls"],
         "seals_per_rank": steady["seals"], "opens_per_rank": steady["opens"],
