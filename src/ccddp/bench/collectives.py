@@ -121,6 +121,22 @@ def paired_ratios(slowest: dict[str, list[float]], impl: str) -> dict[str, float
             for other, ts in slowest.items() if other != impl}
 
 
+def paired_intervals(slowest: dict[str, list[float]], impl: str) -> dict[str, list]:
+    """For every other implementation: this one's time over the other's, call by call, as
+    ``[estimate, low, high, n]`` (:func:`ccddp.bench.stats.paired_ratio`: Hodges-Lehmann
+    estimate with its 95 % interval; low and high None with too few calls)."""
+    from ccddp.bench.stats import paired_ratio
+
+    mine = dict(enumerate(slowest[impl]))
+    out = {}
+    for other, ts in slowest.items():
+        if other != impl:
+            iv = paired_ratio(mine, dict(enumerate(ts)))
+            if iv is not None:
+                out[other] = [iv.estimate, iv.low, iv.high, iv.n]
+    return out
+
+
 def bench(args: argparse.Namespace) -> list[dict]:
     """Time every (op, size) with the implementations taking turns: each iteration calls
     each implementation once, in ``--impl`` order, after a barrier."""
@@ -170,6 +186,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
             for impl, g in groups.items():
                 rows.append(_row(args, op, impl, g, n, rank, numel, itemsize, [r[impl] for r in everyone],
                                  before[impl], paired_ratios(slowest, impl)))
+                rows[-1]["paired_ratio_intervals"] = paired_intervals(slowest, impl)
     for g in [*groups.values(), report]:
         g.close()
     return rows
