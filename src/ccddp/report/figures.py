@@ -607,10 +607,10 @@ def scaling_load_note(res: Results, panels: list[tuple]) -> str:
         return ""
     w, n, base = faster[0]
     la, lb = _load_text(res.launch_load(w, n)), _load_text(res.launch_load(w, base))
-    loads = (f" (e.g. {w}: load average up to {lb} during its {base}-rank launch, {la} during its {n}-rank one)"
-             if la and lb else " (this results file does not record their load)")
-    return (f". Below 1 ({n} ranks faster than {base}): separate launches run at different times under "
-            f"different load{loads}, not a speed-up from more ranks")
+    loads = (f"; e.g. {w}: load average up to {lb} during its {base}-rank launch, {la} during its {n}-rank one"
+             if la and lb else "; this results file does not record their load")
+    return (f". Below 1 ({n} ranks faster than {base}): two separate launches, run at different times and "
+            f"loads{loads}: their conditions differed, it is not a speed-up from more ranks")
 
 
 def _quotient_interval(a: Interval | None, b: Interval | None) -> Interval | None:

@@ -392,6 +392,11 @@ def _trust(res: Results) -> list[str]:
             lines.append(f"Every launch reached the ±{target:.0%} precision target: each CC-on/CC-off "
                          "ratio above is within it.")
         lines.append("")
+    shares = [ld["others_share"] for ld in loads.values() if ld and isinstance(ld.get("others_share"), (int, float))]
+    if shares and max(shares) >= 0.25:
+        lines += [f"The machine was shared: other processes took {min(shares):.0%}–{max(shares):.0%} of the CPU "
+                  "during the launches. Absolute times are slower than on a quiet machine and vary with the "
+                  "load; the CC-on/CC-off ratios are paired round by round, so they hold.", ""]
     rows = []
     for w, n in launches:
         c, load = checks[(w, n)], loads[(w, n)]
