@@ -60,7 +60,10 @@ CAPTIONS = {
         "\"theoretical maximum\"). The black tick is CC-off with the same normalisation: "
         "on a shared CPU compute also slows with more ranks, which GPUs do not. The two "
         "world sizes ran in separate launches, so the error bar spans the quotients of both "
-        "medians' 95 % intervals (conservative)."),
+        "medians' 95 % intervals (conservative), and a value below 1 reflects the two launches' "
+        "conditions (the table *How far to trust each launch* gives each one's load), not a "
+        "speed-up. Bars take their schedule's colour, as in every figure; hatching tells "
+        "world sizes apart."),
     "schedule_overhead": (
         "Overhead of each CC-on schedule",
         "**Measured** CC-on/CC-off per workload and world size, for the paper's naive "
@@ -72,7 +75,10 @@ CAPTIONS = {
         "Projected slowdown vs number of GPUs — model, not measured",
         "**Projected** by ccddp's performance model (`ccddp simulate`) for the hardware "
         "profile named in each panel; nothing in this figure was measured. It shows "
-        "where the trends measured above lead at GPU counts this machine does not have."),
+        "where the trends measured above lead at GPU counts this machine does not have. "
+        "paper-h100 is the paper's emulation (software AES-GCM on every hop); h100-cc is "
+        "NVIDIA confidential computing as it runs in production. Each panel has its own "
+        "y-axis: the two differ by far more than the workloads do."),
 }
 
 
