@@ -142,19 +142,19 @@ def test_the_collectives_table_fits_80_columns_and_keeps_implementation_names():
     assert rows[3]["vs_additive_floor"] == pytest.approx(150000.0 / rows[3]["additive_floor_us"])
     assert "additive_floor_us" not in rows[1]
     out = io.StringIO()
-    print_collectives(rows, title="t", aes=aes, width=80, stream=out)
+    print_collectives(rows, title="t", aes=aes, width=80, stream=out, wide=True)
     text = out.getvalue()
     table = [ln for ln in text.splitlines() if ln[:1] in "┏┃┡│└"]
     assert table and max(len(ln) for ln in table) <= 80
     for impl in ("secure-naive", "secure ", "gloo", "ring"):
         assert any(f"│ {impl}" in ln for ln in table), impl
     assert "…" not in text
-    assert "¹ vs gloo: median over iterations" in text and "² additive floor" in text
+    assert "¹ vs gloo: the row's time / gloo's time in the same iteration" in text and "² additive floor" in text
     assert "Left out to fit 80 columns:" in text
     assert all(len(ln) <= 80 for ln in text.splitlines())
     # Off a terminal (no width): every column, one row per line.
     out = io.StringIO()
-    print_collectives(rows, title="t", aes=aes, stream=out)
+    print_collectives(rows, title="t", aes=aes, stream=out, wide=True)
     assert "redop" in out.getvalue() and "Left out" not in out.getvalue()
 
 

@@ -171,9 +171,31 @@ def test_precision_stops_a_budgeted_launch_once_the_ratios_are_that_precise(tmp_
                    "--steps", "6", "--warmup", "1", "--budget", budget, "--precision", precision, "--timeout", "60",
                    "--json", str(out), env={"CCDDP_GROUP_SECRET": SECRET})
         assert r.returncode == 0, r.stderr[-2000:]
-        counts = {run["pairing"]["rounds"] for run in json.loads(out.read_text())["runs"]}
+        runs = json.loads(out.read_text())["runs"]
+        counts = {run["pairing"]["rounds"] for run in runs}
         assert len(counts) == 1
+        # Why it stopped is recorded, for the report.
+        stops.append({run["pairing"]["stop"] for run in runs})
         return counts.pop()
 
+    stops: list[set] = []
     assert rounds("0.99", "60") == 6
     assert rounds("0.0001", "3") > 6
+    assert stops == [{"precision"}, {"time cap"}]
+
+
+def test_train_says_what_it_launched_then_each_iteration_once(tmp_path):
+    # In a pipe (no terminal): the launch line comes first, before any rank starts, and
+    # rank 0 alone prints one line per iteration of each variant (none repeated by rank 1).
+    r = _ccddp("train", "--workload", "graphsage", "--size", "tiny", "--cc", "off,on", "--steps", "2",
+               "--warmup", "1", "--timeout", "60", "--json", str(tmp_path / "t.json"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("ccddp train: graphsage (tiny) on 2 ranks, cc off, on:pipelined; "
+                               "1 warm-up + 2 measured iterations"), lines[:3]
+    assert str(tmp_path / "t.json") in lines[0]
+    for variant in ("off", "on:pipelined"):
+        progress = [line.split() for line in lines if line.startswith("  iteration ")]
+        progress = [" ".join(p) for p in progress if p[2].rstrip(":") == variant]
+        assert [p.split()[1] for p in progress] == ["1/3", "2/3", "3/3"], lines
+        assert "(warm-up)" in progress[0] and "(warm-up)" not in progress[1]

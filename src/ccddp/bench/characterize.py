@@ -15,7 +15,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from ccddp.bench.machine import aes_gcm_rate, machine_info
+from ccddp.bench.machine import LoadMeter, aes_gcm_rate, machine_info
 from ccddp.bench.options import variant_key
 from ccddp.errors import CCDDPError, ConfigError
 
@@ -140,6 +140,7 @@ def run_group(plan: Plan, workload: str, ws: int, data: dict, out_path: str, tim
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "compare.json")
         error = None
+        meter = LoadMeter()  # the load on the machine while this launch ran, for the report
         try:
             torchrun("ccddp.bench.train", train_args(plan, workload, path, timeout_s), nproc=ws, quiet=True,
                      timeout_s=timeout_s * 4 + 900 + 2 * (plan.budget_s or 0))
@@ -147,6 +148,7 @@ def run_group(plan: Plan, workload: str, ws: int, data: dict, out_path: str, tim
             error = str(e)
         except Exception as e:  # a timeout of the whole launch: record it, keep going
             error = f"{type(e).__name__}: {e}"
+        launch = meter.stop()
         finished = {}
         if error is None and os.path.exists(path):
             with open(path) as f:
@@ -157,7 +159,7 @@ def run_group(plan: Plan, workload: str, ws: int, data: dict, out_path: str, tim
     for key in plan.keys(workload, ws):
         _, _, cc, *sched = key.split("/")
         run = {"key": key, "workload": workload, "world_size": ws, "cc": cc.removeprefix("cc-"),
-               "schedule": sched[0] if sched else None}
+               "schedule": sched[0] if sched else None, "launch": launch}
         if key in finished:
             run.update(status="ok", error=None, result=finished[key])
         else:

@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info, process_cpu_seconds
-from ccddp.bench.options import (DTYPE_NAMES, OPS, build_collectives_parser, parse_size,  # noqa: F401
-                                 trust_domains_setting)
+from ccddp.bench.options import (BACKEND_IMPL, DTYPE_NAMES, OPS, build_collectives_parser,  # noqa: F401
+                                 parse_size, trust_domains_setting)
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.control import gather_json
@@ -41,11 +41,6 @@ def bus_factor(op: str, n: int) -> float:
 def _pattern(numel: int, rank: int, dtype: torch.dtype) -> torch.Tensor:
     # Small integers are exact in every dtype and in any summation order.
     return ((torch.arange(numel) % 7) + rank + 1).to(dtype)
-
-
-#: The ccddp backend itself, hierarchical over ``--trust-domains``: not a ``CommSettings``
-#: implementation (the engine's are), but what a user's ``dist.all_reduce`` runs.
-BACKEND_IMPL = "secure-domains"
 
 
 class _SummedCounters:
@@ -165,6 +160,22 @@ def paired_ratios(slowest: dict[str, list[float]], impl: str) -> dict[str, float
             for other, ts in slowest.items() if other != impl}
 
 
+def paired_intervals(slowest: dict[str, list[float]], impl: str) -> dict[str, list]:
+    """For every other implementation: this one's time over the other's, call by call, as
+    ``[estimate, low, high, n]`` (:func:`ccddp.stats.paired_ratio`: Hodges-Lehmann
+    estimate with its 95 % interval; low and high None with too few calls)."""
+    from ccddp.stats import paired_ratio
+
+    mine = dict(enumerate(slowest[impl]))
+    out = {}
+    for other, ts in slowest.items():
+        if other != impl:
+            iv = paired_ratio(mine, dict(enumerate(ts)))
+            if iv is not None:
+                out[other] = [iv.estimate, iv.low, iv.high, iv.n]
+    return out
+
+
 def bench(args: argparse.Namespace) -> list[dict]:
     """Time every (op, size) with the implementations taking turns: each iteration calls
     each implementation once, in ``--impl`` order, after a barrier."""
@@ -218,6 +229,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
             for impl, g in groups.items():
                 rows.append(_row(args, op, impl, g, n, rank, numel, itemsize, [r[impl] for r in everyone],
                                  before[impl], paired_ratios(slowest, impl)))
+                rows[-1]["paired_ratio_intervals"] = paired_intervals(slowest, impl)
     for g in [*groups.values(), report]:
         g.close()
     return rows

@@ -57,6 +57,64 @@ def process_cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
+class LoadMeter:
+    """How loaded the machine was while something ran: the 1-, 5- and 15-minute load
+    averages before and after, and the CPU seconds that processes other than this one and
+    its (waited-for) children took meanwhile, of the ``cores`` x wall seconds there were.
+
+    Example::
+
+        meter = LoadMeter()
+        subprocess.run(...)            # the measured launch, a child of this process
+        meter.stop()                   # {"load_before": [...], "others_cpu_s": 3.1, ...}
+    """
+
+    def __init__(self) -> None:
+        self.load_before = _loadavg()
+        self.t0 = _monotonic()
+        self.busy0 = _busy_cpu_seconds()
+        self.own0 = _own_cpu_seconds()
+
+    def stop(self) -> dict:
+        wall = _monotonic() - self.t0
+        busy, own = _busy_cpu_seconds(), _own_cpu_seconds()
+        others = None if busy is None or self.busy0 is None else max(0.0, (busy - self.busy0) - (own - self.own0))
+        cores = os.cpu_count() or 1
+        return {"load_before": self.load_before, "load_after": _loadavg(), "cores": cores,
+                "wall_s": round(wall, 2), "others_cpu_s": None if others is None else round(others, 2),
+                "others_share": None if others is None or wall <= 0 else round(others / (wall * cores), 3)}
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds every process on the machine has spent, all cores (not idle, not iowait)."""
+    try:
+        import psutil
+
+        t = psutil.cpu_times()
+    except Exception:  # no psutil or no /proc/stat: load averages alone
+        return None
+    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def _own_cpu_seconds() -> float:
+    """This process and its waited-for descendants (torchrun and its ranks), user + system."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def machine_info() -> dict:
     import cryptography
     import torch

@@ -27,9 +27,21 @@ ALTERNATIONS = ("auto", "iteration", "block")
 #: The secure collectives' own pipelining segment (MiB), the default of --segment-mb. A
 #: test checks it against ``CommSettings``, which this module cannot import without torch.
 DEFAULT_SEGMENT_MB = 4.0
+#: Set by ``ccddp train`` for its ranks: rank 0 prints a line per iteration, flushed, so a
+#: terminal or a pipe shows progress (``ccddp characterize`` runs the ranks quietly).
+PROGRESS_ENV = "CCDDP_TRAIN_PROGRESS"
 #: ``ccddp bench collectives``: operations and element types it can time.
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
+#: The workloads' names, in the registry's order, so a mistyped name is refused before
+#: torch and the models load. A test keeps it equal to ``ccddp.workloads.WORKLOADS``.
+WORKLOAD_NAMES = ("graphsage", "resnet50", "resnet101", "bert-base", "bert-large", "gpt2-large", "gpt2-xl")
+#: Collective implementations (``ccddp.comm.settings.IMPLS``, which imports torch; a test
+#: keeps the two equal).
+IMPL_NAMES = ("gloo", "ring", "secure-naive", "secure")
+#: ``ccddp bench collectives``' name for the ccddp backend itself, hierarchical over
+#: ``--trust-domains`` (not an engine implementation: what a user's dist.all_reduce runs).
+BACKEND_IMPL = "secure-domains"
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,7 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                     "of every iteration. With --cc off,on the variants take turns iteration by "
                     "iteration in one launch, so a change in the machine's load falls on both, and "
                     "each CC-on/CC-off ratio comes with a 95 % interval.")
-    p.add_argument("--workload", required=True, help="graphsage, resnet50, resnet101, bert-base, bert-large, "
-                                                     "gpt2-large or gpt2-xl")
+    p.add_argument("--workload", required=True, help=", ".join(WORKLOAD_NAMES[:-1]) + " or " + WORKLOAD_NAMES[-1])
     p.add_argument("--size", default="default", choices=["default", "tiny"],
                    help="tiny: the same model with a few layers, for quick checks")
     p.add_argument("--cc", default="on", help="off, on, or off,on to compare them in one launch")
@@ -132,8 +143,23 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     return p
 
 
+def check_workload_name(name: str) -> str:
+    """``name`` if it is a workload, else :class:`ConfigError` (without importing torch)."""
+    if name not in WORKLOAD_NAMES:
+        raise ConfigError(f"unknown workload '{name}'; choose one of: {', '.join(WORKLOAD_NAMES)}")
+    return name
+
+
 def check(args: argparse.Namespace) -> list[Variant]:
-    """Refuse what cannot be measured, in the user's words; return the variants."""
+    """Refuse what cannot be measured, in the user's words; return the variants. Imports
+    nothing heavy: every argument is checked before torch or a model loads."""
+    check_workload_name(args.workload)
+    if args.dtype is not None and args.dtype not in DTYPE_NAMES:
+        raise ConfigError(f"unsupported dtype '{args.dtype}'; choose one of: {', '.join(DTYPE_NAMES)}")
+    for flag, value in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
+                        ("--image-size", args.image_size)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
     variants = variants_of(args)
     if args.steps < 1 or args.warmup < 0:
         raise ConfigError("--steps must be >= 1 and --warmup >= 0")
@@ -210,3 +236,24 @@ def trust_domains_setting(text: str):
         return json.loads(text)
     except ValueError as e:
         raise ConfigError(f"--trust-domains {text!r} is not a JSON list of rank lists: {e}") from None
+
+
+def check_collectives(args: argparse.Namespace) -> None:
+    """``ccddp bench collectives``' arguments, checked without torch (the workers check
+    them again with :func:`ccddp.bench.collectives.validate`)."""
+    for op in args.ops.split(","):
+        if op not in OPS:
+            raise ConfigError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
+    impls = args.impl.split(",")
+    for impl in impls:
+        if impl not in (*IMPL_NAMES, BACKEND_IMPL):
+            raise ConfigError(f"impl must be one of {', '.join((*IMPL_NAMES, BACKEND_IMPL))}, got {impl!r}")
+    if len(set(impls)) != len(impls):
+        raise ConfigError(f"--impl lists an implementation twice: {args.impl}")
+    for size in args.sizes.split(","):
+        parse_size(size)
+    if args.iters < 1 or args.warmup < 0:
+        raise ConfigError("--iters must be >= 1 and --warmup >= 0")
+    if args.segment_mb <= 0:
+        raise ConfigError(f"--segment-mb must be positive, got {args.segment_mb:g}")
+    trust_domains_setting(args.trust_domains)

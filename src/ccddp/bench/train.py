@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info
-from ccddp.bench.options import (PHASES, SCHEDULES, Variant, build_parser, check,  # noqa: F401
+from ccddp.bench.options import (PHASES, PROGRESS_ENV, SCHEDULES, Variant, build_parser, check,  # noqa: F401
                                  trust_domains_setting, variant_key)
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup
@@ -115,6 +115,9 @@ class Trainer:
         # from one shared stream, or their training would differ by the order of turns.
         self.rng = torch.get_rng_state()
         self.iterations: list[dict] = []
+        # Progress: rank 0 alone prints (one line per iteration, never one per rank).
+        self.show = self.rank == 0 and os.environ.get(PROGRESS_ENV) == "1"
+        self.count, self.planned = 0, ""
 
     def step(self, step: int, round_: int | None) -> None:
         """One training iteration on the batch of ``step``; ``round_`` is the measured
@@ -126,6 +129,11 @@ class Trainer:
         finally:
             self.rng = torch.get_rng_state()
             torch.set_rng_state(outer)
+        self.count += 1
+        if self.show:
+            it = self.iterations[-1]
+            print(f"  iteration {self.count}{self.planned} {self.variant.label}"
+                  f"{' (warm-up)' if round_ is None else ''}: {it['total_ms']:.1f} ms", flush=True)
 
     def _step(self, step: int, round_: int | None) -> None:
         model, bounce, state, wl = self.model, self.bounce, self.model.hook_state, self.wl
@@ -239,6 +247,8 @@ def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
     """Every variant alive at once; each round runs one iteration of each, in turns."""
     origin = time.perf_counter()
     trainers = [Trainer(args, v, wl, origin) for v in variants]
+    for t in trainers:
+        t.planned = f"/{args.warmup + args.steps}" if args.budget is None else ""
     last_round = 0.0
     for step in range(args.warmup):
         t0 = time.perf_counter()
@@ -246,16 +256,26 @@ def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
             t.step(step, None)
         last_round = time.perf_counter() - t0
     most = measured_rounds(args, last_round, group) if args.warmup else args.steps
+    for t in trainers:
+        t.planned = f"/{'at most ' if args.precision else ''}{args.warmup + most}"
     rounds = 0
+    # Why measuring stopped, for the report: "steps" (exactly --steps asked), "precision"
+    # (every ratio within --precision), "time cap" (the --budget held no more rounds) or
+    # "round cap" (MAX_ROUNDS).
+    stop = "steps" if args.budget is None or not args.warmup else ("round cap" if most >= MAX_ROUNDS else "time cap")
     while rounds < most:
         for t in in_turns(trainers, rounds):
             t.step(args.warmup + rounds, rounds)
         rounds += 1
         if args.precision and rounds >= args.steps and rounds < most \
                 and precise_enough(trainers, args.precision, group):
+            stop = "precision"
             break
+    if stop != "precision" and args.precision and rounds == args.steps and rounds == most:
+        stop = "steps"  # the budget held no more than the fewest rounds
     shas = {t.variant: t.finish() for t in trainers}
-    return trainers, {"alternation": "iteration", "rounds": rounds, "block": 1, "param_sha256": shas}
+    return trainers, {"alternation": "iteration", "rounds": rounds, "block": 1, "param_sha256": shas,
+                      "stop": stop}
 
 
 def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tuple[list[Trainer], dict]:
@@ -268,6 +288,7 @@ def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tupl
     for r in range(rounds):
         for v in in_turns(variants, r):
             t = Trainer(args, v, wl, origin)
+            t.count, t.planned = r * (args.warmup + args.block), f"/{rounds * (args.warmup + args.block)}"
             for step in range(args.warmup):
                 t.step(step, None)
             for i in range(args.block):
@@ -283,7 +304,7 @@ def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tupl
             gc.collect()
             dist.barrier()
     return [done[v] for v in variants], {"alternation": "block", "rounds": rounds, "block": args.block,
-                                         "param_sha256": shas}
+                                         "param_sha256": shas, "stop": "steps"}
 
 
 def measure(args: argparse.Namespace, variants: list[Variant]) -> list[dict]:
@@ -329,7 +350,8 @@ def result_of(args: argparse.Namespace, wl, t: Trainer, per_rank: list[list[floa
         "warmup": args.warmup,
         # How the variants of this launch took turns; a report pairs iterations of one round.
         "pairing": {"variants": labels, "alternation": how["alternation"], "rounds": how["rounds"],
-                    "block": how["block"]},
+                    "block": how["block"], "stop": how["stop"],
+                    "precision": args.precision, "budget_s": args.budget},
         "iterations": iterations, "summary": summary,
         "allreduce_calls_per_iteration": steady["allreduce_calls"],
         "seals_per_rank": steady["seals"], "opens_per_rank": steady["opens"],

@@ -23,6 +23,9 @@ def register(sub) -> None:
     p = inner.add_parser("collectives", parents=[parent], description=parent.description,
                          help="time gloo / ring / secure-naive / secure collectives (nccl-tests table)")
     p.add_argument("--world-size", type=int, default=2, help="local ranks to launch (>= 2)")
+    p.add_argument("--wide", action="store_true",
+                   help="every column (operation, CPU time, seals and opens, tags, additive floor); by default "
+                        "nccl-tests' columns and the paired ratio, within 120 columns")
     p.set_defaults(func=run)
     c = inner.add_parser("channel", help="secure channel seal/open vs raw AES-GCM on one thread; "
                                          "--device cuda: the GPU engine vs a device copy and OpenSSL")
@@ -38,14 +41,18 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ccddp.bench.options import check_collectives
+
+    # Every argument before torch loads: a mistake is answered at once.
+    if args.world_size < 2:
+        raise ConfigError(f"--world-size must be >= 2 (a collective needs a peer), got {args.world_size}")
+    check_collectives(args)
     from ccddp.bench.collectives import validate
     from ccddp.bench.launch import torchrun
     from ccddp.bench.machine import aes_gcm_rate
     from ccddp.report.tables import add_additive_floor, print_collectives
 
     validate(args)
-    if args.world_size < 2:
-        raise ConfigError(f"--world-size must be >= 2 (a collective needs a peer), got {args.world_size}")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         forwarded = ["--sizes", args.sizes, "--impl", args.impl, "--ops", args.ops, "--dtype", args.dtype,
@@ -67,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     ref = rows[0]["impl"] if rows else "gloo"
     add_additive_floor(rows, aes, ref)
     result["aes_gcm_rate"] = aes
-    print_collectives(rows, title=f"ccddp bench collectives, world size {args.world_size}", aes=aes)
+    print_collectives(rows, title=f"ccddp bench collectives, world size {args.world_size}", aes=aes,
+                      wide=args.wide)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
@@ -105,10 +113,23 @@ def _run_channel_host(nbytes: int, reps: int, path: str | None) -> int:
     r = bench_channel(nbytes, reps)
     g = r["gbps"]
     print(f"{r['bytes']} B, median of {r['reps']}: seal raw {g['raw_seal']:.2f} GB/s, channel {g['channel_seal']:.2f} "
-          f"GB/s ({r['seal_ratio']:.0%}); open raw {g['raw_open']:.2f} GB/s, channel {g['channel_open']:.2f} GB/s "
-          f"({r['open_ratio']:.0%})")
+          f"GB/s; open raw {g['raw_open']:.2f} GB/s, channel {g['channel_open']:.2f} GB/s")
+    print(f"channel / raw rate, paired per repetition (95 % interval): seal {channel_ratio_text(r['seal_ratio_interval'])}; "
+          f"open {channel_ratio_text(r['open_ratio_interval'])}")
     _write(path, "ccddp.bench.channel/1", r)
     return 0
+
+
+def channel_ratio_text(iv: list) -> str:
+    """``98 % of raw (91–104 %): no measurable difference``, ``83 % of raw (80–86 %)``, or the
+    estimate alone with too few repetitions for an interval."""
+    est, low, high, n = iv
+    if est is None:
+        return "not measured"
+    if low is None or high is None:
+        return f"{est:.0%} of raw (n={n}, no interval)"
+    same = ": no measurable difference" if low <= 1 <= high else ""
+    return f"{est:.0%} of raw ({low:.0%}–{high:.0%}){same}"
 
 
 def _run_channel_cuda(nbytes: int, reps: int, path: str | None) -> int:

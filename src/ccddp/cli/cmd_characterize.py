@@ -58,13 +58,13 @@ def register(sub) -> None:
 
 def plan_from(args: argparse.Namespace):
     from ccddp.bench.characterize import FULL, QUICK, Plan
-    from ccddp.workloads import WORKLOADS
+    from ccddp.bench.options import WORKLOAD_NAMES  # the registry's names, without torch
 
     base = QUICK if args.quick else FULL
     workloads = args.workloads.split(",") if args.workloads else list(base["workloads"])
     for w in workloads:
-        if w not in WORKLOADS:
-            raise ConfigError(f"unknown workload {w!r}; choose from {', '.join(WORKLOADS)}")
+        if w not in WORKLOAD_NAMES:
+            raise ConfigError(f"unknown workload {w!r}; choose from {', '.join(WORKLOAD_NAMES)}")
     try:
         world_sizes = [int(x) for x in args.world_sizes.split(",")] if args.world_sizes else list(base["world_sizes"])
     except ValueError:

@@ -41,10 +41,21 @@ def forwarded_args(args: argparse.Namespace, json_path: str) -> list[str]:
 
 
 def check_request(args: argparse.Namespace) -> None:
-    """Fail before launching anything when the request cannot work here."""
+    """Fail before launching anything when the request cannot work here: every argument
+    first, without torch (an answer in well under a second), then what needs the model."""
+    variants = check_arguments(args)
     from ccddp.bench.memory import check_fits
-    from ccddp.bench.options import check
     from ccddp.bench.train import workload_from
+
+    wl = workload_from(args)
+    # Variants that do not fit together take turns one model at a time: each must fit alone.
+    for v in variants:
+        check_fits(wl, args.world_size, args.world_size * args.nnodes, v.schedule)
+
+
+def check_arguments(args: argparse.Namespace):
+    """Every argument, without torch or a model: returns the variants."""
+    from ccddp.bench.options import check
 
     variants = check(args)
     if args.world_size < 1 or args.nnodes < 1:
@@ -62,21 +73,37 @@ def check_request(args: argparse.Namespace) -> None:
                           f"or {ENV_SECRET_FILE} on each node")
     if args.budget is not None and args.warmup < 1:
         raise ConfigError("--budget needs --warmup >= 1: the warm-up times the budget")
-    wl = workload_from(args)
-    # Variants that do not fit together take turns one model at a time: each must fit alone.
-    for v in variants:
-        check_fits(wl, args.world_size, args.world_size * args.nnodes, v.schedule)
+    if args.master_port is not None and not 0 < args.master_port < 65536:
+        raise ConfigError(f"--master-port must be a TCP port, 1 .. 65535, got {args.master_port}")
+    if not 0 <= args.node_rank < args.nnodes:
+        raise ConfigError(f"--node-rank must be in 0 .. {args.nnodes - 1}, got {args.node_rank}")
+    return variants
+
+
+def launch_line(args: argparse.Namespace, variants) -> str:
+    """What ``ccddp train`` is about to run, in one line (printed before torch loads)."""
+    where = f"{args.world_size} ranks" + (f" on each of {args.nnodes} nodes (this is node {args.node_rank})"
+                                          if args.nnodes > 1 else "")
+    measured = f"at least {args.steps}, up to {args.budget:g} s" if args.budget else str(args.steps)
+    return (f"ccddp train: {args.workload}" + (" (tiny)" if args.size == "tiny" else "") + f" on {where}, "
+            f"cc {', '.join(v.label for v in variants)}; {args.warmup} warm-up + {measured} measured "
+            f"iterations per variant; results: {args.json or 'printed, not kept (--json PATH keeps them)'}")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccddp.bench.launch import torchrun
+    variants = check_arguments(args)
+    print(launch_line(args, variants), flush=True)
+    from ccddp.bench.launch import job_env, torchrun
+    from ccddp.bench.options import PROGRESS_ENV
 
     check_request(args)
+    print(f"starting {args.world_size} local ranks; rank 0 prints each iteration", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = args.json or os.path.join(tmp, "train.json")
         timeout = args.timeout * 4 + 600 + 2 * (args.budget or 0)
         torchrun("ccddp.bench.train", forwarded_args(args, out), nproc=args.world_size, nnodes=args.nnodes,
-                 node_rank=args.node_rank, master_port=args.master_port, timeout_s=timeout)
+                 node_rank=args.node_rank, master_port=args.master_port, timeout_s=timeout,
+                 env=job_env({PROGRESS_ENV: "1"}))
         if args.node_rank == 0 and os.path.exists(out):
             with open(out) as f:
                 result = json.load(f)

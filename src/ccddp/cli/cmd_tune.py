@@ -18,6 +18,9 @@ import argparse
 from ccddp.errors import ConfigError
 
 MIB = 1 << 20
+#: Settings predicted within this fraction of each other tie: the model does not tell
+#: them apart, so tune keeps the default rather than crown one of them.
+TIE = 0.005
 
 SUMMARY = "search bucket cap, schedule, segment size and chains (performance model)"
 
@@ -87,21 +90,29 @@ def run(args: argparse.Namespace) -> int:
     out = console()
     out.print(t)
     b, d = res.best_row, res.default_row
+    tie = res.best != res.default and d["cc_on_ms"] <= b["cc_on_ms"] * (1 + TIE)
     out.print(f"default: {describe(res.default.as_dict(), hw)}: CC-on {d['cc_on_ms']:.1f} ms, "
               f"slowdown {d['slowdown']:.2f}x")
-    out.print(f"best:    {describe(res.best.as_dict(), hw)}: CC-on {b['cc_on_ms']:.1f} ms, "
-              f"slowdown {b['slowdown']:.2f}x ({d['cc_on_ms'] / b['cc_on_ms']:.2f}x faster)")
-    if res.best != res.default:
+    if tie:
+        tied = sum(ms <= b["cc_on_ms"] * (1 + TIE) for _, ms in res.top)
+        out.print(f"best:    the default. The settings tie: {'all ' if tied == len(res.top) else ''}{tied} of "
+                  f"the {len(res.top)} listed are within {TIE:.1%} of the fastest ({b['cc_on_ms']:.1f} ms), "
+                  f"and none is predicted faster than the default by {TIE:.1%} or more; keep the default")
+    else:
+        out.print(f"best:    {describe(res.best.as_dict(), hw)}: CC-on {b['cc_on_ms']:.1f} ms, "
+                  f"slowdown {b['slowdown']:.2f}x ({d['cc_on_ms'] / b['cc_on_ms']:.2f}x faster)")
+    if res.best != res.default and not tie:
         out.print(f"the gain rests on these ASSUMED values (its change when one is halved or "
                   f"doubled): {_fields(res.rests_on)}")
     out.print(f"the predicted time rests on these ASSUMED values: {_fields(res.time_rests_on)}")
     for note in res.outside:
         out.print(f"beyond the envelope: {note}")
-    if res.tradeoff:
+    if res.tradeoff and (not tie or res.best.schedule == res.default.schedule):
         out.print(f"security trade-off: {res.tradeoff}"
                   + ("; --no-group-key keeps per-link keys"
                      if res.best.schedule == "group-key-allgather" else ""))
     if args.json:
-        write_json(args.json, res.as_dict())
+        write_json(args.json, {**res.as_dict(), "tie": tie, "chosen": "default" if tie or res.best == res.default
+                               else "best"})
         print(f"wrote {args.json}")
     return 0

@@ -75,6 +75,17 @@ PHASE_STYLE = {  # key in summary -> (label, colour)
 WORKLOAD_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860",
                    "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD")
 SCHEDULE_LINESTYLE = {"naive": "--", "pipelined": "-"}
+#: World sizes beyond the base in one scaling panel: told apart by hatching, since the
+#: colour is the schedule's (one colour per schedule in every figure).
+SIZE_HATCH = ("", "///", "xxx", "...", "\\\\\\")
+SIZE_THEORY_STYLE = ("--", "-.", ":", (0, (5, 1)), (0, (1, 1)))
+#: What a hardware profile of the projections stands for, for the panel titles.
+PROFILE_TITLES = {
+    "paper-h100": "paper-h100: the paper's emulation,\nsoftware AES-GCM on every hop of H100s",
+    "h100-cc": "h100-cc: production H100 confidential\ncomputing, NVLink in plaintext inside a node",
+    "h200-cc": "h200-cc: production H200 confidential computing",
+    "b300-cc": "b300-cc: production B300 confidential computing",
+}
 
 
 # -- plumbing -------------------------------------------------------------------------
@@ -109,7 +120,7 @@ def _grid(rows: int, cols: int, panel_w: float, *, title: str, legend: list[str]
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    left, wgap = 0.8, 0.3
+    left, wgap = 0.8, 0.6  # every panel keeps its y tick labels: room for them between panels
     bottom = 0.95 if rotated else 0.5
     hgap = bottom + 0.35
     width = left + cols * panel_w + (cols - 1) * wgap + right
@@ -138,7 +149,7 @@ def _panels(n: int, panel_w: float, **kw):
     """:func:`_grid` for ``n`` panels of one kind (e.g. one per world size): side by side
     while the figure stays under ``MAX_WIDTH`` inches, else stacked in rows (7 workloads
     at 3 world sizes side by side would be 20 inches wide). Returns a flat axes list."""
-    cols = max(1, min(n, int((MAX_WIDTH - 1.0) // (panel_w + 0.3)) or 1))
+    cols = max(1, min(n, int((MAX_WIDTH - 1.0) // (panel_w + 0.6)) or 1))
     rows = -(-n // cols)
     fig, axes, ly = _grid(rows, cols, panel_w, **kw)
     flat = [ax for row in axes for ax in row]
@@ -147,10 +158,10 @@ def _panels(n: int, panel_w: float, **kw):
     return fig, flat[:n], ly, cols
 
 
-def _legend(fig, slot: "_LegendSlot", handles, labels) -> None:
+def _legend(fig, slot: "_LegendSlot", handles, labels, handlelength: float = 1.6) -> None:
     if handles:
         fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, slot.y),
-                   ncols=slot.ncols, frameon=False, handlelength=1.6, columnspacing=1.2,
+                   ncols=slot.ncols, frameon=False, handlelength=handlelength, columnspacing=1.2,
                    borderaxespad=0.0)
 
 
@@ -246,6 +257,17 @@ def _log_limits(ax, values: list[float], headroom: float = 4.0) -> None:
         ax.set_ylim(min(pos) / 2.5, max(pos) * headroom)
 
 
+def _log_ticks(ax) -> None:
+    """Labelled ticks at 1, 2 and 5 times each power of ten, as plain numbers (a log axis
+    spanning less than two decades would otherwise label only one or two powers of ten)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 # -- Fig. 6 -----------------------------------------------------------------------------
 
 def fig_allreduces(results: Mapping[str, Any] | Results, out_dir: str | Path) -> list[Path]:
@@ -291,12 +313,16 @@ def fig_allreduces(results: Mapping[str, Any] | Results, out_dir: str | Path) ->
         ymax = max(heights + my + py + [1]) * 1.18
         for x, b in zip(xs, bars):
             if isinstance(b, (int, float)) and not isinstance(b, bool):
-                # Inside a tall bar (the paper's ★ and the measured × sit at its top),
-                # above a short one.
-                inside = b > 0.25 * ymax
-                ax.annotate(f"{b:g}", (x, b), xytext=(0, -3 if inside else 2), textcoords="offset points",
-                            ha="center", va="top" if inside else "bottom", fontsize=7.5,
-                            color="white" if inside else "black", fontweight="bold" if inside else "normal")
+                # At the foot of the bar, inside it: the paper's ★, the measured × and the
+                # parameters line all sit at or near its top. A bar too short to hold the
+                # number gets it beside the bar, left of the ★.
+                inside = b > 0.07 * ymax
+                if inside:
+                    ax.annotate(f"{b:g}", (x, 0), xytext=(0, 3), textcoords="offset points", ha="center",
+                                va="bottom", fontsize=7.5, color="white", fontweight="bold")
+                else:
+                    ax.annotate(f"{b:g}", (x - 0.3, b), xytext=(-2, 0), textcoords="offset points",
+                                ha="right", va="center", fontsize=7.5)
         if my:
             ax.plot(mx, my, "x", color="black", ms=7, mew=1.8, label="k measured in runs (run's dtype)")
         if py:
@@ -369,7 +395,7 @@ def fig_iteration_time(results: Mapping[str, Any] | Results, out_dir: str | Path
                     r = res.comparison(w, n, s) if s else None
                     if r is not None:
                         top = iv.high if iv.known else iv.estimate
-                        ax.annotate(_ratio_label(r), (x, top), xytext=(0, 2), textcoords="offset points",
+                        ax.annotate(_ratio_label(r), (x, top), xytext=(0, 4), textcoords="offset points",
                                     ha="center", va="bottom", fontsize=6.5, rotation=90)
                 ax.bar(xs, ys, width=width * 0.95, color=color, label=_series_label(s),
                        yerr=_yerr(ivs, ys), error_kw=ERR_STYLE)
@@ -379,6 +405,8 @@ def fig_iteration_time(results: Mapping[str, Any] | Results, out_dir: str | Path
         for ax in axes[::cols]:
             ax.set_ylabel("median time per iteration (ms, log)")
         _log_limits(axes[0], values, headroom=5.0)
+        for ax in axes:
+            _log_ticks(ax)
         _legend(fig, ly, *_unique_handles(axes))
         return _save(fig, out_dir, "iteration_time")
 
@@ -491,19 +519,25 @@ def fig_scaling(results: Mapping[str, Any] | Results, out_dir: str | Path) -> li
         theory = (n - 1) / (base - 1) if base > 1 else float("nan")
         return (f"CC-on, {n} ranks / {base}", f"CC-off, {n} ranks / {base}",
                 f"theory (n−1)/({base}−1) = {theory:g}, n = {n}")
+
+    note = scaling_load_note(res, [(s, base, higher, wls) for s, base, higher, wls in panels])
+    from matplotlib.patches import Patch
+
     with _style():
         fig, axes, ly, cols = _panels(len(panels), _panel_width(len(workloads), 0.3 + 0.22 * len(all_higher)),
                               title=f"CC-on time at n ranks / at {base_text} ranks — measured (cf. "
                                     f"paper Fig. 11), with intervals from both medians' 95 % intervals; "
-                                    f"dashed: theory {theory_text}",
+                                    f"dashed: theory {theory_text}{note}",
                               legend=[lab for n in all_higher for lab in labels_for(n)],
                               legend_ncols=len(all_higher), rotated=_rotated(workloads))
         top = 1.0
         legend: dict[str, tuple] = {}  # key -> (handle, label)
         for ax, (s, base, higher, wls) in zip(axes, panels):
             width = 0.8 / len(higher)
+            color = _series_color(s, res.schedules.index(s))
             for i, n in enumerate(higher):
-                color = WORKLOAD_COLORS[(all_higher.index(n) + 1) % len(WORKLOAD_COLORS)]
+                k = all_higher.index(n)
+                hatch, theory_ls = SIZE_HATCH[k % len(SIZE_HATCH)], SIZE_THEORY_STYLE[k % len(SIZE_THEORY_STYLE)]
                 xs, ys, ivs, ox, oy = [], [], [], [], []
                 for j, w in enumerate(workloads):
                     on_n, on_b = res.total_ms(w, n, "on", s), res.total_ms(w, base, "on", s)
@@ -517,15 +551,18 @@ def fig_scaling(results: Mapping[str, Any] | Results, out_dir: str | Path) -> li
                     ivs.append(_quotient_interval(res.time_interval(w, n, "on", s),
                                                   res.time_interval(w, base, "on", s)))
                     top = ivs[-1].high if ivs[-1] is not None else on_n / on_b
-                    ax.annotate(f"{on_n / on_b:.2f}", (x, top), xytext=(0, 2),
-                                textcoords="offset points", ha="center", va="bottom", fontsize=6.5)
+                    ax.annotate(f"{on_n / on_b:.2f}", (x, top), xytext=(0, 3),
+                                textcoords="offset points", ha="center", va="bottom", fontsize=6.5,
+                                bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none"})
                     off_n, off_b = res.total_ms(w, n, "off"), res.total_ms(w, base, "off")
                     if off_n is not None and off_b:
                         ox.append(x)
                         oy.append(off_n / off_b)
                 on_lab, off_lab, theory_lab = labels_for(n)
-                legend.setdefault(f"on{n}", (ax.bar(xs, ys, width=width * 0.85, color=color,
-                                                    yerr=_yerr(ivs, ys), error_kw=ERR_STYLE), on_lab))
+                ax.bar(xs, ys, width=width * 0.85, color=color, hatch=hatch, edgecolor="white", lw=0,
+                       yerr=_yerr(ivs, ys), error_kw=ERR_STYLE)
+                # The legend's bar is grey: the panels' colours are their schedules'.
+                legend.setdefault(f"on{n}", (Patch(facecolor="#9A9A9A", hatch=hatch, edgecolor="white"), on_lab))
                 top = max([top] + [iv.high for iv in ivs if iv is not None])
                 if oy:
                     legend.setdefault(f"off{n}", (ax.plot(ox, oy, "_", color="black", ms=12, mew=2.2)[0],
@@ -534,10 +571,10 @@ def fig_scaling(results: Mapping[str, Any] | Results, out_dir: str | Path) -> li
                 if base > 1:
                     theory = (n - 1) / (base - 1)
                     top = max(top, theory)
-                    legend.setdefault(f"theory{n}", (ax.axhline(theory, color=color, ls="--", lw=1.2),
+                    legend.setdefault(f"theory{n}", (ax.axhline(theory, color="#555555", ls=theory_ls, lw=1.2),
                                                      theory_lab))
             ax.axhline(1.0, color="black", lw=0.6)
-            ax.set_title(f"CC-on {s}, normalised to {base} ranks")
+            ax.set_title(f"CC-on {s}, normalised to {base} ranks", color=color)
             _group_ticks(ax, workloads)
         for ax in axes[::cols]:
             ax.set_ylabel("time per iteration, normalised")
@@ -547,6 +584,33 @@ def fig_scaling(results: Mapping[str, Any] | Results, out_dir: str | Path) -> li
         pairs = sorted(legend.items(), key=lambda kv: order.index(kv[0]))
         _legend(fig, ly, [h for _, (h, _lab) in pairs], [lab for _, (_h, lab) in pairs])
         return _save(fig, out_dir, "scaling")
+
+
+def _load_text(load: Mapping[str, Any] | None) -> str | None:
+    before, after = (load or {}).get("load_before"), (load or {}).get("load_after")
+    if not (isinstance(before, list) and before and isinstance(after, list) and after):
+        return None
+    return f"{max(before[0], after[0]):.1f}"
+
+
+def scaling_load_note(res: Results, panels: list[tuple]) -> str:
+    """The sentence the scaling figure adds when a quotient is below 1 (more ranks took
+    less time): the two world sizes ran in separate launches, at different times, so the
+    figure says so, with the load average each launch saw where the results record it,
+    rather than let the bar read as a speed-up. Empty when no quotient is below 1.
+    ``panels``: ``(schedule, base, higher sizes, workloads)`` as the figure draws them."""
+    faster = [(w, n, base) for s, base, higher, wls in panels for n in higher for w in wls
+              for cc, sch in (("on", s), ("off", None))
+              if (a := res.total_ms(w, n, cc, sch)) is not None and (b := res.total_ms(w, base, cc, sch))
+              and a / b < 1]
+    if not faster:
+        return ""
+    w, n, base = faster[0]
+    la, lb = _load_text(res.launch_load(w, n)), _load_text(res.launch_load(w, base))
+    loads = (f"; e.g. {w}: load average up to {lb} during its {base}-rank launch, {la} during its {n}-rank one"
+             if la and lb else "; this results file does not record their load")
+    return (f". Below 1 ({n} ranks faster than {base}): two separate launches, run at different times and "
+            f"loads{loads}: their conditions differed, it is not a speed-up from more ranks")
 
 
 def _quotient_interval(a: Interval | None, b: Interval | None) -> Interval | None:
@@ -603,7 +667,7 @@ def fig_schedule_overhead(results: Mapping[str, Any] | Results, out_dir: str | P
                         ax.vlines(x, r.low, r.high, color=color, lw=2.2)
                         ax.hlines([r.low, r.high], x - width * 0.25, x + width * 0.25, color=color, lw=1.2)
                     top = r.high if r.known else max(r.estimate, 1.0)
-                    ax.annotate(_ratio_label(r), (x, top), xytext=(0, 2), textcoords="offset points",
+                    ax.annotate(_ratio_label(r), (x, top), xytext=(0, 4), textcoords="offset points",
                                 ha="center", va="bottom", fontsize=6.5,
                                 rotation=90 if len(scheds) > 1 else 0)
                 ax.bar(xs, ys, width=width * 0.9, color=color, label=f"CC-on {s} / CC-off",
@@ -648,8 +712,10 @@ def fig_projection(results: Mapping[str, Any] | Results, out_dir: str | Path) ->
     line_labels = sorted({f"{p.get('workload')} ({p.get('schedule')})" for p in rows})
     with _style():
         fig, axes, ly, cols = _panels(len(profiles), 4.6, title="PROJECTED slowdown vs number of GPUs — "
-                              "performance model (ccddp simulate), NOT measured",
-                              legend=line_labels, legend_ncols=3, rotated=False, panel_h=PANEL_H + 0.6)
+                              "performance model (ccddp simulate), NOT measured; each panel has its own "
+                              "y-axis (the profiles differ by far more than the workloads)",
+                              legend=line_labels, legend_ncols=3, rotated=False, panel_h=PANEL_H + 0.6,
+                              sharey=False)
         all_sd, all_g = [], []
         for ax, prof in zip(axes, profiles):
             lines: dict[tuple, list] = {}
@@ -665,7 +731,7 @@ def fig_projection(results: Mapping[str, Any] | Results, out_dir: str | Path) ->
                 all_sd += [v for _, v in pts]
                 all_g += [g for g, _ in pts]
             ax.set_xscale("log", base=2)
-            ax.set_title(f"profile {prof} (model)", color="#C44E52")
+            ax.set_title(PROFILE_TITLES.get(prof, f"profile {prof}") + " (model)", color="#C44E52")
             ax.set_xlabel("GPUs")
             ax.grid(True, which="major", axis="both", alpha=0.3)
             ax.text(0.02, 0.97, "PROJECTED (model)\nnot measured", transform=ax.transAxes,
@@ -673,9 +739,17 @@ def fig_projection(results: Mapping[str, Any] | Results, out_dir: str | Path) ->
                     bbox={"boxstyle": "round", "fc": "white", "ec": "#C44E52", "alpha": 0.9})
         handles, labels = _unique_handles(axes)
         pairs = sorted(zip(labels, handles), key=lambda p: (wl_order.index(p[0].rsplit(" (", 1)[0]), p[0]))
-        _legend(fig, ly, [h for _, h in pairs], [lab for lab, _ in pairs])
-        if max(all_sd) / min(all_sd) > 12:
-            axes[0].set_yscale("log")
+        # Long handles: a dashed or dotted line shows its pattern around the marker.
+        _legend(fig, ly, [h for _, h in pairs], [lab for lab, _ in pairs], handlelength=3.6)
+        for ax in axes:
+            ys = [v for line in ax.get_lines() for v in line.get_ydata()]
+            if ys and max(ys) / min(ys) > 12:
+                ax.set_yscale("log")
+            elif ys:
+                lo, hi = min(ys), max(ys)
+                pad = max(0.02, 0.08 * (hi - lo))
+                ax.set_ylim(max(0.0, min(lo, 1.0) - pad), hi + pad * 2.5)
+            ax.axhline(1.0, color="black", lw=0.6)
         for ax in axes[::cols]:
             ax.set_ylabel("projected slowdown, CC-on / CC-off")
         gs = sorted(set(all_g))

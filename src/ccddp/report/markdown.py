@@ -60,7 +60,10 @@ CAPTIONS = {
         "\"theoretical maximum\"). The black tick is CC-off with the same normalisation: "
         "on a shared CPU compute also slows with more ranks, which GPUs do not. The two "
         "world sizes ran in separate launches, so the error bar spans the quotients of both "
-        "medians' 95 % intervals (conservative)."),
+        "medians' 95 % intervals (conservative), and a value below 1 reflects the two launches' "
+        "conditions (the table *How far to trust each launch* gives each one's load), not a "
+        "speed-up. Bars take their schedule's colour, as in every figure; hatching tells "
+        "world sizes apart."),
     "schedule_overhead": (
         "Overhead of each CC-on schedule",
         "**Measured** CC-on/CC-off per workload and world size, for the paper's naive "
@@ -72,7 +75,10 @@ CAPTIONS = {
         "Projected slowdown vs number of GPUs — model, not measured",
         "**Projected** by ccddp's performance model (`ccddp simulate`) for the hardware "
         "profile named in each panel; nothing in this figure was measured. It shows "
-        "where the trends measured above lead at GPU counts this machine does not have."),
+        "where the trends measured above lead at GPU counts this machine does not have. "
+        "paper-h100 is the paper's emulation (software AES-GCM on every hop); h100-cc is "
+        "NVIDIA confidential computing as it runs in production. Each panel has its own "
+        "y-axis: the two differ by far more than the workloads do."),
 }
 
 
@@ -253,7 +259,8 @@ def _figures(drawn: dict[str, list[Path]], out_dir: Path) -> list[str]:
 def _ratio_cell(res: Results, w: str, n: int, s: str, against: str | None = None) -> str | None:
     c = res.comparison(w, n, s, against)
     if c is not None:
-        return ratio_text(c)
+        check = res.precision_check(w, n) if against is None else None
+        return ratio_text(c) + (" †" if check and s in check["missed"] else "")
     failed = res.failed(w, n, "on", s) or (res.failed(w, n, "off") if against is None
                                             else res.failed(w, n, "on", against))
     return "failed" if failed else None
@@ -309,6 +316,10 @@ def _ratios(res: Results) -> list[str]:
               "`naive / pipelined` above 1 means the pipelined schedule is faster.", ""]
     lines += _table(header, rows)
     lines += [RATIO_FOOTNOTE, ""]
+    target = res.config.get("precision")
+    if any(" †" in str(c) for row in rows for c in row):
+        lines += [f"† The interval is wider than the ±{target:.0%} the study aimed for: measuring stopped "
+                  "before it got that precise (see *How far to trust each launch* below).", ""]
     verdicts = [verdict(c) for w in res.workloads for n in res.world_sizes for s in scheds
                 if (c := res.comparison(w, n, s)) is not None]
     if Verdict.FASTER in verdicts:
@@ -331,6 +342,87 @@ def _ratios(res: Results) -> list[str]:
         lines += ["Per world size and schedule, over workloads:", ""]
         lines += _table(["ranks", "schedule", "workloads", "CC-on slower", "no measurable difference",
                          "CC-on faster", "no interval", "largest slowdown"], summary, "rlrrrrrl")
+    return lines
+
+
+STOP_TEXT = {"precision": "precision reached", "round cap": "round cap",
+             "steps": "the fewest rounds (the budget held no more)"}
+
+
+def _load_cell(load: Mapping[str, Any] | None) -> str:
+    if not load:
+        return "not recorded"
+    before, after = load.get("load_before"), load.get("load_after")
+    if not (isinstance(before, list) and isinstance(after, list) and before and after):
+        return "not recorded"
+    return f"{before[0]:.1f} → {after[0]:.1f} ({load.get('cores', '?')} cores)"
+
+
+def _others_cell(load: Mapping[str, Any] | None) -> str:
+    share = load.get("others_share") if load else None
+    return f"{share:.0%}" if isinstance(share, (int, float)) else "not recorded"
+
+
+def _trust(res: Results) -> list[str]:
+    """Per launch: did it reach the precision target, why did it stop, and how loaded the
+    machine was; a plain verdict first, so a reader knows which numbers to trust."""
+    target, budget = res.config.get("precision"), res.config.get("budget_s")
+    launches = [(w, n) for w in res.workloads for n in res.world_sizes
+                if res.run(w, n, "off") is not None]
+    checks = {(w, n): res.precision_check(w, n) for w, n in launches}
+    loads = {(w, n): res.launch_load(w, n) for w, n in launches}
+    if not launches or (not target and not any(loads.values())):
+        return []
+    lines = ["## How far to trust each launch", ""]
+    if target:
+        missed = [(w, n) for (w, n), c in checks.items() if c and not c["met"]]
+        if missed:
+            lines.append(
+                f"**{len(missed)} of {len(launches)} launches missed the ±{target:.0%} precision target** "
+                f"({', '.join(f'{w} at {n} ranks' for w, n in missed)}): measuring stopped at its cap "
+                f"({budget:g} s or the round cap) before every CC-on/CC-off interval was that narrow. Their "
+                "ratios are less certain than the others': read their intervals (marked † above), not "
+                "their point estimates, and do not compare them across world sizes.")
+            hot = [loads[k] for k in missed if loads[k]]
+            if hot:
+                peak = max(max(ld["load_before"][0], ld["load_after"][0]) for ld in hot
+                           if ld.get("load_before") and ld.get("load_after"))
+                share = max((ld.get("others_share") or 0.0) for ld in hot)
+                lines[-1] += (f" While they ran, the 1-minute load average reached {peak:.1f} on "
+                              f"{hot[0].get('cores', '?')} cores and other processes took up to {share:.0%} of "
+                              "the CPU: the machine was shared, and times measured under load vary.")
+            elif not any(loads.values()):
+                lines[-1] += (" This results file records no load per launch (it predates that record): "
+                              "a launch that missed its target may have run on a loaded machine.")
+        else:
+            lines.append(f"Every launch reached the ±{target:.0%} precision target: each CC-on/CC-off "
+                         "ratio above is within it.")
+        lines.append("")
+    shares = [ld["others_share"] for ld in loads.values() if ld and isinstance(ld.get("others_share"), (int, float))]
+    if shares and max(shares) >= 0.25:
+        lines += [f"The machine was shared: other processes took {min(shares):.0%}–{max(shares):.0%} of the CPU "
+                  "during the launches. Absolute times are slower than on a quiet machine and vary with the "
+                  "load; the CC-on/CC-off ratios are paired round by round, so they hold.", ""]
+    rows = []
+    for w, n in launches:
+        c, load = checks[(w, n)], loads[(w, n)]
+        if c:
+            stop = c["stop"]
+            why = (f"time cap ({budget:g} s)" if stop == "time cap" and budget else STOP_TEXT.get(stop, stop)) \
+                if stop else ("not recorded (older file); precision reached" if c["met"]
+                      else "not recorded (older file); a cap")
+            widest = f"±{c['widest']:.1%}" if c["widest"] is not None else "no interval"
+            verdict = f"met ±{c['target']:.0%}" if c["met"] else \
+                f"**missed ±{c['target']:.0%}** ({', '.join(c['missed'])})"
+        else:
+            why, widest, verdict = "–", "–", "no target"
+        rounds = c["rounds"] if c and c["rounds"] is not None else len(Results.round_ms(res.run(w, n, "off")))
+        rows.append([w, n, rounds, why, widest, verdict, _load_cell(load), _others_cell(load)])
+    lines += ["Why each launch stopped measuring, its widest CC-on/CC-off interval (half-width, "
+              "relative), and the machine's load while it ran: the 1-minute load average before → "
+              "after, and the share of all cores' time that processes outside the launch took.", ""]
+    lines += _table(["workload", "ranks", "rounds", "stopped because", "widest interval", "precision",
+                     "load average", "other processes' CPU"], rows, "lrrllllr")
     return lines
 
 
@@ -428,6 +520,7 @@ def render(res: Results, drawn: dict[str, list[Path]], out_dir: Path) -> str:
     lines += _machine(res)
     lines += _shapes(res)
     lines += _ratios(res)
+    lines += _trust(res)
     lines += _ops(res)
     lines += _failed(res)
     lines += _buckets(res)

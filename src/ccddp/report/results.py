@@ -221,6 +221,35 @@ class Results:
             return None
         return {k: (v if v is not None and v > 0 else 0.0) for k, v in vals.items()}
 
+    # -- how a launch went -------------------------------------------------------------
+
+    def launch_load(self, workload: str, world_size: int) -> dict | None:
+        """The machine's load while the launch of (workload, world size) ran: load averages
+        before and after, other processes' CPU seconds (``ccddp characterize`` records it;
+        None in older results files)."""
+        for r in self.runs:
+            if r.get("workload") == workload and r.get("world_size") == world_size \
+                    and isinstance(r.get("launch"), Mapping):
+                return dict(r["launch"])
+        return None
+
+    def precision_check(self, workload: str, world_size: int) -> dict | None:
+        """Whether the launch of (workload, world size) reached the precision target the
+        study set: ``{"target", "widest", "met", "stop", "rounds", "missed": [schedules]}``;
+        ``stop`` is why measuring ended ("precision", "time cap", "round cap", "steps"; None
+        when the results file predates the record). None without a target or a result."""
+        target = _number(self.config.get("precision"))
+        ratios = {s: c for s in self.schedules if (c := self.comparison(workload, world_size, s)) is not None}
+        if not target or not ratios:
+            return None
+        widths = {s: c.half_width for s, c in ratios.items()}
+        missed = [s for s, w in widths.items() if w is None or w > target]
+        off = self.result(workload, world_size, "off") or {}
+        pairing = off.get("pairing") if isinstance(off.get("pairing"), Mapping) else {}
+        known = [w for w in widths.values() if w is not None]
+        return {"target": target, "widest": max(known) if known else None, "met": not missed,
+                "missed": missed, "stop": pairing.get("stop"), "rounds": pairing.get("rounds")}
+
     # -- axes -----------------------------------------------------------------------
 
     @property

@@ -114,21 +114,43 @@ def _console(table: Table, width: int | None, stream) -> Console:
 
 # -- collectives ------------------------------------------------------------------------------
 
-def collectives_columns(ref: str) -> list[Col]:
-    """nccl-tests columns (size, count, type, redop, time, algbw, busbw, #wrong) plus the
-    crypto counters ccddp adds, the CPU time a rank spent in the call where it was
-    measured, each row's paired ratio to the first implementation ``ref``, and for secure
-    rows the additive floor (``ref``'s time plus the row's AES-GCM bytes at the rate
-    measured on this machine) and the row's ratio to it."""
+#: The compact collectives table (nccl-tests' columns, the implementation and the paired
+#: ratio with its interval) stays within this many columns; --wide shows every column.
+COMPACT_WIDTH = 120
+
+
+def collectives_columns(ref: str, wide: bool = True) -> list[Col]:
+    """nccl-tests columns (size, count, type, redop, time, algbw, busbw, #wrong) and each
+    row's paired ratio to the first implementation ``ref`` with its 95 % interval;
+    ``wide`` adds the operation, the crypto counters ccddp adds, the CPU time a rank spent
+    in the call where it was measured, and for secure rows the additive floor (``ref``'s
+    time plus the row's AES-GCM bytes at the rate measured on this machine) and the row's
+    ratio to it."""
     def num(key: str, fmt: str) -> Callable[[dict], str]:
         return lambda r: format(r[key], fmt) if r.get(key) is not None else "-"
 
     def paired(r: dict) -> str:
         if r["impl"] == ref:
-            return "1.00"
+            return "1"
+        iv = r.get("paired_ratio_intervals", {}).get(ref)
+        if iv and iv[1] is not None and iv[2] is not None:
+            return f"{iv[0]:.2f} ({iv[1]:.2f}–{iv[2]:.2f})"
         p = r.get("paired_ratios", {})
         return f"{p[ref]:.2f}" if ref in p else "-"
 
+    if not wide:
+        return [
+            Col("impl", lambda r: r["impl"], "left"),
+            Col("size (B)", lambda r: str(r["bytes"])),
+            Col("count", lambda r: str(r["count"]), drop=4),
+            Col("type", lambda r: r["type"], "left", drop=2),
+            Col("redop", lambda r: r["redop"], "left", drop=3),
+            Col("time (us)", num("time_us", ".1f")),
+            Col("algbw (GB/s)", num("algbw_gbps", ".3f"), drop=1),
+            Col("busbw (GB/s)", num("busbw_gbps", ".3f")),
+            Col("#wrong", lambda r: str(r["wrong"])),
+            Col(f"vs {ref} ¹ (95 % interval)", paired),
+        ]
     return [
         Col("impl", lambda r: r["impl"], "left"),
         Col("op", lambda r: r["op"], "left", drop=8),
@@ -150,11 +172,15 @@ def collectives_columns(ref: str) -> list[Col]:
     ]
 
 
-def collectives_notes(ref: str, aes: dict | None) -> list[str]:
+def collectives_notes(ref: str, aes: dict | None, wide: bool = True) -> list[str]:
     """Footnotes of the collectives table: how the paired column and the floor are computed."""
-    notes = [f"¹ vs {ref}: median over iterations of the row's time / {ref}'s time in the same iteration "
-             "(the implementations took turns call by call), so it differs from the ratio of the time "
-             "column's medians."]
+    notes = [f"¹ vs {ref}: the row's time / {ref}'s time in the same iteration (the implementations "
+             "took turns call by call), Hodges-Lehmann estimate over iterations with its 95 % interval "
+             "(a plain median where there is none), so it differs from the ratio of the time column's "
+             "medians."]
+    if not wide:
+        return notes + ["--wide (or --json) adds the operation, CPU time, seals and opens per rank, tags "
+                        "and the additive floor of the secure rows."]
     if aes:
         notes.append(f"² additive floor: {ref}'s time + the row's AES-GCM bytes per rank at this machine's "
                      f"rate measured in this run (one thread, {aes['bytes'] >> 10} KiB messages: seal "
@@ -175,9 +201,22 @@ def add_additive_floor(rows: list[dict], aes: dict, ref: str = "gloo") -> None:
             r["vs_additive_floor"] = r["time_us"] / floor_us
 
 
-def print_collectives(rows: list[dict], title: str = "", aes: dict | None = None, **kw) -> None:
+def print_collectives(rows: list[dict], title: str = "", aes: dict | None = None, wide: bool = False,
+                      **kw) -> None:
+    """The collectives table: one per operation, nccl-tests' columns and the paired ratio
+    (within :data:`COMPACT_WIDTH` columns); ``wide``: every column, in one table."""
     ref = rows[0]["impl"] if rows else ""
-    print_rows(collectives_columns(ref), rows, title=title, notes=collectives_notes(ref, aes), **kw)
+    if wide:
+        print_rows(collectives_columns(ref), rows, title=title, notes=collectives_notes(ref, aes), **kw)
+        return
+    ops = list(dict.fromkeys(r["op"] for r in rows)) or [""]
+    stream = kw.get("stream") or sys.stdout
+    if kw.get("width") is None:  # a terminal's width, at most COMPACT_WIDTH; a pipe: COMPACT_WIDTH
+        kw["width"] = min(terminal_width(stream) or COMPACT_WIDTH, COMPACT_WIDTH)
+    for i, op in enumerate(ops):
+        part = [r for r in rows if r["op"] == op]
+        print_rows(collectives_columns(ref, wide=False), part, title=f"{title}, {op}" if op else title,
+                   notes=collectives_notes(ref, aes, wide=False) if i == len(ops) - 1 else (), **kw)
 
 
 def collectives_table(rows: list[dict], title: str = "") -> Table:

@@ -1,0 +1,61 @@
+"""A mistake on the command line is answered before torch or a model loads: the four a new
+user meets first each exit 2 with one line ``ccddp: error: ...`` in a fresh interpreter
+that never imported torch (checked in ``sys.modules``, not with a clock)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, sys
+from ccddp.cli import main
+code = main(json.loads(sys.argv[1]))
+print("TORCH" if "torch" in sys.modules else "NO-TORCH", code)
+"""
+
+MISTAKES = [
+    ["train", "--workload", "bert-tiny"],
+    ["train", "--workload", "bert-base", "--world-size", "1", "--cc", "on"],
+    ["bench", "collectives", "--world-size", "1"],
+    ["characterize", "--world-sizes", "1", "--out", "OUT"],
+]
+
+
+@pytest.mark.parametrize("argv", MISTAKES, ids=lambda a: " ".join(a[:3]))
+def test_a_mistake_is_refused_before_torch_loads(argv, tmp_path):
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert p.stdout.split() == ["NO-TORCH", "2"], p.stdout + p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ccddp: error: "), p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_static_names_match_the_registries():
+    from ccddp.bench.options import IMPL_NAMES, WORKLOAD_NAMES
+    from ccddp.comm.settings import IMPLS
+    from ccddp.workloads import WORKLOADS
+
+    assert list(WORKLOAD_NAMES) == list(WORKLOADS)
+    assert tuple(IMPL_NAMES) == tuple(IMPLS)
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--workload", "graphsage", "--dtype", "float64"],
+    ["train", "--workload", "graphsage", "--batch-size", "0"],
+    ["train", "--workload", "graphsage", "--nnodes", "2", "--node-rank", "2", "--master-port", "29500"],
+    ["bench", "collectives", "--impl", "gloo,nccl"],
+    ["bench", "collectives", "--sizes", "1M,x"],
+    ["characterize", "--workloads", "bert", "--out", "OUT"],
+])
+def test_other_argument_errors_are_refused_before_torch_loads(argv, tmp_path):
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert p.stdout.split() == ["NO-TORCH", "2"], p.stdout + p.stderr
+    assert p.stderr.startswith("ccddp: error: ") and p.stderr.count("\n") == 1, p.stderr
