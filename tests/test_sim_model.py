@@ -296,3 +296,23 @@ def test_tune_says_the_security_trade_off():
                schedules=("group-key-allgather",))
     assert res.best.schedule == "group-key-allgather" and "forge" in res.tradeoff
     assert "fenced" in tune(H100, toy(), 8, schedules=("native",)).tradeoff
+
+
+def test_domains_allreduce_spans_the_flat_schedules():
+    """The backend's hierarchical all-reduce over trust domains: one rank per domain is the
+    flat sealed ring, one domain of every rank is the plaintext all-reduce, and in between
+    the sealed part covers a shard of the buffer."""
+    from ccddp.sim import Schedule, load_profile
+    from ccddp.sim.collective import domains_allreduce, plain_allreduce, secure_allreduce
+    from ccddp.sim.rates import Rates
+
+    hw = load_profile("local")
+    sched = Schedule("pipelined")
+    r = Rates.resolve(hw, sched, n=4, cc=True)
+    size = 64 << 20
+    assert domains_allreduce(r, sched, 4, 1, size).ms == pytest.approx(secure_allreduce(r, sched, 4, size).ms)
+    assert domains_allreduce(r, sched, 1, 4, size).ms == pytest.approx(plain_allreduce(r, 4, size, False).ms)
+    two_by_two = domains_allreduce(r, sched, 2, 2, size)
+    assert two_by_two.ms == pytest.approx(plain_allreduce(r, 2, size, False).ms
+                                          + secure_allreduce(r, sched, 2, size / 2).ms)
+    assert plain_allreduce(r, 4, size, False).ms < two_by_two.ms < secure_allreduce(r, sched, 4, size).ms

@@ -223,5 +223,16 @@ def secure_allreduce(r: Rates, sched, n: int, nbytes: float, pads: float = 0.0
     return secure_ring(r, sched, n, nbytes, pads)
 
 
+def domains_allreduce(r: Rates, sched, domains: int, per_domain: int, nbytes: float, pads: float = 0.0
+                      ) -> CollectiveCost:
+    """The ccddp backend's all-reduce over ``domains`` trust domains of ``per_domain``
+    ranks (``ccddp.comm.hierarchy``): a plaintext reduce-scatter inside each domain, a
+    sealed all-reduce of each rank's ``1/per_domain`` shard across the domains (one ring
+    per shard, all at once), a plaintext all-gather inside; one after the other. ``r``:
+    the rates of every rank of the group on its host."""
+    inside = plain_allreduce(r, per_domain, nbytes, False)     # its two halves
+    return inside + secure_allreduce(r, sched, domains, nbytes / per_domain, pads)
+
+
 __all__ = ["CollectiveCost", "pipeline_ms", "secure_ring", "secure_tree",
-           "plain_allreduce", "native_allreduce", "secure_allreduce"]
+           "plain_allreduce", "native_allreduce", "secure_allreduce", "domains_allreduce"]
