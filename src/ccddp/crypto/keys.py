@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
 import struct
 from dataclasses import dataclass
@@ -169,7 +168,3 @@ def digest(*parts: bytes) -> str:
         h.update(struct.pack(">Q", len(p)))
         h.update(p)
     return h.hexdigest()[:16]
-
-
-def constant_time_equal(a: bytes, b: bytes) -> bool:
-    return hmac.compare_digest(a, b)
