@@ -75,7 +75,13 @@ def domain_links(store, rank: int, domains: DomainMap, group: SecureGroup, globa
     base = _base(store)
     d, local = domains.domain_of(rank), domains.local_index(rank)
     members = domains.members(rank)
-    plain = _connect(base, f"domain-{d}", local, len(members), timeout, loopback=True)
+    up, down = (_connect(base, f"domain-{d}-{name}", local, len(members), timeout, loopback=True)
+                for name in ("up", "down"))
+    # The engine's ring, unsealed (impl "ring"): nothing to key, and these links reach
+    # only this host's loopback.
+    plain = SecureGroup(group.settings.with_(impl="ring", trust_domains="rank"), None, pg=up,
+                        transport=Transport(up, group.settings.timeout_s, downward=down),
+                        ranks=[global_ranks[r] for r in members])
     cross = None
     if len(domains.domains) > 1 and local < domains.shards:
         leaders = domains.leaders(local)
@@ -88,6 +94,6 @@ def domain_links(store, rank: int, domains: DomainMap, group: SecureGroup, globa
     if len(domains.domains) == 1 and rank == 0:
         print("ccddp: every rank of this group is in one trust domain: its all-reduces are not sealed",
               file=sys.stderr, flush=True)
-    return DomainLinks(domains, rank, plain, cross, group.settings.timeout_s)
+    return DomainLinks(domains, rank, plain, cross)
 
 

@@ -223,12 +223,23 @@ def run_reduce_scatter(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor,
     reduction.finish(out, n)
 
 
-def run_all_gather(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor,
+def run_all_gather(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor | None,
                    bounds: list[tuple[int, int]] | None = None) -> None:
-    """``out`` = every rank's ``inp`` in rank order (``bounds``: where each goes, if uneven)."""
-    a, b = (bounds or chunk_bounds(out.numel(), group.world_size))[group.rank]
-    out[a:b].copy_(inp)
+    """``out`` = every rank's ``inp`` in rank order (``bounds``: where each goes, if uneven;
+    ``inp=None``: this rank's part is in ``out`` already)."""
+    if inp is not None:
+        a, b = (bounds or chunk_bounds(out.numel(), group.world_size))[group.rank]
+        out[a:b].copy_(inp)
     _run_ring(group, out, ring_plan(group.rank, group.world_size, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
+
+
+def run_reduce_scatter_in_place(group: SecureGroup, flat: torch.Tensor, reduction: Reduction,
+                                bounds: list[tuple[int, int]] | None = None) -> None:
+    """Chunk ``rank`` of ``flat`` (``bounds``: the chunks, if uneven) becomes its reduction
+    over the group, in place (no ``finish``: what follows completes the all-reduce); the
+    other chunks hold partial results."""
+    _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "reduce_scatter", bounds),
+              Op.REDUCE_SCATTER, reduction=reduction)
 
 
 def run_broadcast(group: SecureGroup, flat: torch.Tensor, src: int) -> None:

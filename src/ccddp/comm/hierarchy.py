@@ -4,18 +4,19 @@ With ``k`` shards (the smallest domain's size, :attr:`DomainMap.shards`), the bu
 into ``k`` chunks, and rank ``l`` of every domain (its local index) holds shard ``l``:
 
 1. inside each domain, in plaintext on its loopback-bound links, a reduce-scatter leaves
-   each rank ``l < k`` with its domain's reduction of shard ``l`` (a domain larger than
-   ``k`` all-reduces instead, and its ranks ``>= k`` hold no shard);
+   each rank ``l < k`` with its domain's reduction of shard ``l`` (in a domain larger than
+   ``k``, ranks ``>= k`` hold an empty shard);
 2. across domains, the ranks holding shard ``l`` run a sealed all-reduce of it: one ring
    per shard, the engine's pipelined schedule (:func:`ccddp.comm.collectives.run_all_reduce`);
 3. inside each domain, an all-gather of the shards gives every rank the whole result.
 
 Each rank seals ``2(d-1)/d * S/k`` bytes of an ``S``-byte all-reduce over ``d`` domains,
-against ``2(n-1)/n * S`` in the flat schedule. Phases 1 and 3 use gloo's own collectives
-on the domain's links; chunks are padded to one width (the padding is never read). AVG
-runs as SUM and is divided once at the end; every other reduction is applied in each phase
-(all are associative and commutative; floating-point results differ from the flat
-schedule's by summation order only).
+against ``2(n-1)/n * S`` in the flat schedule. Phases 1 and 3 are the engine's own ring,
+unsealed (gloo's reduce-scatter and all-gather took 1-3x gloo's whole all-reduce on two
+loopback ranks, BENCHMARKS.md), so shards of any size need no padding, and every phase
+works in the buffer in place: no copy of it is made. AVG runs as SUM and is divided once at the end; every
+other reduction is applied in each phase (all are associative and commutative;
+floating-point results differ from the flat schedule's by summation order only).
 
 Example::
 
@@ -27,75 +28,48 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
-from ccddp.comm.collectives import run_all_reduce
+from ccddp.comm.collectives import run_all_gather, run_all_reduce, run_reduce_scatter_in_place
 from ccddp.comm.domains import DomainMap
 from ccddp.comm.group import SecureGroup
-from ccddp.comm.plan import chunk_bounds
+from ccddp.comm.plan import chunk_bounds, sized_bounds
 from ccddp.comm.reduce import Reduction
-from ccddp.comm.transport import bounded
 
 
 @dataclass
 class DomainLinks:
-    """What a rank needs for the hierarchical schedule: the map, its rank, the plaintext
-    links of its domain (a bare gloo backend over the domain's ranks, bound to loopback),
-    and the sealed group of its shard's ring across domains (None when it holds no shard,
-    or when there is one domain)."""
+    """What a rank needs for the hierarchical schedule: the map, its rank, its domain's
+    plaintext group (the engine's unsealed ring, ``impl="ring"``, on a bare gloo backend
+    over the domain's ranks bound to loopback), and the sealed group of its shard's ring
+    across domains (None when it holds no shard, or when there is one domain)."""
 
     map: DomainMap
     rank: int
-    local: dist.ProcessGroup
+    local: SecureGroup
     cross: SecureGroup | None
-    timeout_s: float
 
     @property
     def world_size(self) -> int:
         return sum(len(d) for d in self.map.domains)
 
 
-def _torch_op(reduction: Reduction):
-    return dist.ReduceOp.SUM if reduction == Reduction.AVG else getattr(dist.ReduceOp, reduction.name)
-
-
 def hierarchical_all_reduce(links: DomainLinks, flat: torch.Tensor, reduction: Reduction) -> None:
     """Reduce the 1-D contiguous CPU tensor ``flat`` over the whole group, in place."""
-    k = links.map.shards
-    g = links.local.size()
-    mine = links.local.rank()
-    op = _torch_op(reduction)
-    bounds = chunk_bounds(flat.numel(), k)
-    width = max(b - a for a, b in bounds)
-    # Phase 1: this rank's shard, reduced over its domain.
-    if g == 1:
-        shard = flat[bounds[0][0]:bounds[0][1]].clone()
-    elif g == k:
-        padded = torch.zeros(k * width, dtype=flat.dtype)
-        for c, (a, b) in enumerate(bounds):
-            padded[c * width:c * width + b - a].copy_(flat[a:b])
-        shard = torch.empty(width, dtype=flat.dtype)
-        opts = dist.ReduceScatterOptions()
-        opts.reduceOp = op
-        bounded(links.local._reduce_scatter_base(shard, padded, opts), links.timeout_s)
-        shard = shard[:bounds[mine][1] - bounds[mine][0]] if mine < k else shard[:0]
-    else:
-        whole = flat.clone()
-        opts = dist.AllreduceOptions()
-        opts.reduceOp = op
-        bounded(links.local.allreduce([whole], opts), links.timeout_s)
-        shard = whole[bounds[mine][0]:bounds[mine][1]].clone() if mine < k else whole[:0]
+    local, k = links.local, links.map.shards
+    g, mine = local.world_size, local.rank
+    # Shard c of k is local rank c's; a domain's ranks >= k (uneven domains) hold none.
+    sizes = [b - a for a, b in chunk_bounds(flat.numel(), k)] + [0] * (g - k)
+    bounds = sized_bounds(sizes)
+    within = Reduction.SUM if reduction == Reduction.AVG else reduction   # AVG: divided once, at the end
+    # All in place: each phase leaves in ``flat`` what the next one reads.
+    # Phase 1: this rank's shard, reduced over its domain (in plaintext, on loopback).
+    if g > 1:
+        run_reduce_scatter_in_place(local, flat, within, bounds)
+    a, b = bounds[mine]
     # Phase 2: the shard across domains, sealed.
     if links.cross is not None and mine < k:
-        run_all_reduce(links.cross, shard, Reduction.SUM if reduction == Reduction.AVG else reduction)
+        run_all_reduce(links.cross, flat[a:b], within)
     # Phase 3: every shard to every rank of the domain.
-    if g == 1:
-        flat.copy_(shard)
-    else:
-        out = torch.empty(g * width, dtype=flat.dtype)
-        contribution = torch.zeros(width, dtype=flat.dtype)
-        contribution[:shard.numel()].copy_(shard)
-        bounded(links.local._allgather_base(out, contribution), links.timeout_s)
-        for c, (a, b) in enumerate(bounds):
-            flat[a:b].copy_(out[c * width:c * width + b - a])
+    if g > 1:
+        run_all_gather(local, flat, None, bounds)
     reduction.finish(flat, links.world_size)
