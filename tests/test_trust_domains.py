@@ -98,10 +98,9 @@ def _bytes_rank(rank, n, domains, numel):
 
     settings = CommSettings(timeout_s=30, trust_domains=domains)
     pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=30), pg_options=Options(settings=settings))
-    groups = [pg.secure_group] + ([pg.domain_links.cross] if pg.domain_links and pg.domain_links.cross else [])
-    before = [g.counters.snapshot()["bytes_sealed"] for g in groups]
+    before = pg.crypto_counters()["bytes_sealed"]
     dist.all_reduce(torch.ones(numel), group=pg)
-    return sum(g.counters.snapshot()["bytes_sealed"] - b for g, b in zip(groups, before))
+    return pg.crypto_counters()["bytes_sealed"] - before
 
 
 @pytest.mark.parametrize("domains", [[[0], [1], [2], [3]], [[0, 1], [2, 3]], [[0, 1, 2, 3]]])
@@ -203,3 +202,26 @@ def test_two_nodes_train_with_plaintext_only_inside_each(tmp_path):
     probes = [b[j:j + 16] for b in raw for j in range(0, len(b) - 16, 256)]
     assert across and found(probes, inside), "the recording saw both kinds of link"
     assert not found(probes, across)
+
+
+def test_train_measures_a_run_over_trust_domains(tmp_path):
+    """``ccddp train --trust-domains``: one domain of both ranks, so DDP's gradient
+    all-reduces seal nothing (the bounce path still does), and the run says which map it used."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from wire_util import HERE, SRC
+
+    out = tmp_path / "train.json"
+    done = subprocess.run([sys.executable, "-m", "ccddp.cli", "train", "--workload", "graphsage", "--size", "tiny",
+                           "--world-size", "2", "--cc", "on", "--steps", "2", "--warmup", "1",
+                           "--trust-domains", "[[0,1]]", "--json", str(out)],
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]),
+                                   CCDDP_GROUP_SECRET=SECRET), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(out.read_text())
+    assert run["settings"]["trust_domains"] == [[0, 1]]
+    assert run["seals_per_rank"] == 0, "gradients were sealed inside one domain"
+    assert run["bounce_seals_per_iteration"] > 0

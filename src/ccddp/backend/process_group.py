@@ -46,6 +46,7 @@ from ccddp.backend.links import domain_links, internal_links
 from ccddp.comm.domains import resolve
 from ccddp.comm.hierarchy import hierarchical_all_reduce
 from ccddp.comm.transport import Transport
+from ccddp.crypto.counters import CryptoCounters
 from ccddp.errors import ConfigError
 
 _eager = torch.compiler.disable
@@ -179,6 +180,14 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     def calls(self) -> dict[str, int]:
         """How many c10d operations of each name were issued on this group."""
         return dict(self.queue.submitted)
+
+    def crypto_counters(self) -> dict:
+        """A snapshot of this group's crypto counters (``CryptoCounters`` fields), the
+        sealed shard ring's across trust domains included."""
+        groups = [self.secure_group]
+        if self.domain_links is not None and self.domain_links.cross is not None:
+            groups.append(self.domain_links.cross)
+        return CryptoCounters.total([g.counters.snapshot() for g in groups])
 
     @property
     def current_op(self) -> str | None:

@@ -55,6 +55,7 @@ class Plan:
     quick: bool = False
     budget_s: float | None = None
     precision: float | None = None
+    trust_domains: str = "rank"    # as --trust-domains gives it: a name or a JSON list
 
     def overrides(self, workload: str) -> dict:
         return QUICK_SHAPES.get(workload, {}) if self.quick and self.size == "default" else {}
@@ -66,7 +67,7 @@ class Plan:
         return {"workloads": self.workloads, "world_sizes": self.world_sizes, "schedules": self.schedules,
                 "steps": self.steps, "warmup": self.warmup, "budget_s": self.budget_s,
                 "precision": self.precision, "size": self.size,
-                "quick": self.quick}
+                "quick": self.quick, "trust_domains": self.trust_domains}
 
 
 def load(path: str) -> dict | None:
@@ -123,7 +124,7 @@ def train_args(plan: Plan, workload: str, json_path: str, timeout_s: float) -> l
     """``ccddp.bench.train`` arguments: every variant of ``workload`` in one launch, in turns."""
     args = ["--workload", workload, "--size", plan.size, "--cc", "off,on", "--schedule", ",".join(plan.schedules),
             "--steps", str(plan.steps), "--warmup", str(plan.warmup), "--block", str(FULL_BLOCK),
-            "--json", json_path, "--timeout", str(timeout_s)]
+            "--trust-domains", plan.trust_domains, "--json", json_path, "--timeout", str(timeout_s)]
     if plan.budget_s:
         args += ["--budget", str(plan.budget_s)]
         if plan.precision:

@@ -174,6 +174,7 @@ def check(args: argparse.Namespace) -> list[Variant]:
                               "(the ratios it watches)")
     if args.block < 1:
         raise ConfigError("--block must be >= 1")
+    trust_domains_setting(args.trust_domains)
     return variants
 
 
@@ -226,16 +227,23 @@ def build_collectives_parser(add_help: bool = True) -> argparse.ArgumentParser:
 
 
 def trust_domains_setting(text: str):
-    """``--trust-domains``: a name (``rank``, ``node``) or a JSON list of rank lists."""
+    """``--trust-domains``: a name (``rank``, ``node``) or a JSON list of rank lists (the
+    shape is checked here, without torch; coverage of the group where it is created)."""
     import json
 
     text = text.strip()
     if not text.startswith("["):
+        if text not in ("rank", "node"):
+            raise ConfigError(f"--trust-domains must be rank, node or a JSON list of rank lists, got {text!r}")
         return text
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError as e:
         raise ConfigError(f"--trust-domains {text!r} is not a JSON list of rank lists: {e}") from None
+    if not (isinstance(value, list) and value and all(isinstance(d, list) and d and all(
+            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in d) for d in value)):
+        raise ConfigError(f"--trust-domains {text!r} must be a list of non-empty lists of ranks, e.g. [[0,1],[2,3]]")
+    return value
 
 
 def check_collectives(args: argparse.Namespace) -> None:

@@ -51,6 +51,10 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=int, default=None, help=f"warm-up iterations per variant (default: {both('warmup')})")
     p.add_argument("--size", default="default", choices=["default", "tiny"],
                    help="tiny: the same models with a few layers, for a fast check")
+    p.add_argument("--trust-domains", default="rank", metavar="MAP",
+                   help="which ranks share a trust boundary (CC-on all-reduces plaintext inside a domain, sealed "
+                        "across): rank (default: every rank its own), node, or a JSON list of rank lists covering "
+                        "every world size's ranks")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds any rank may wait on a peer")
     p.add_argument("--no-projection", action="store_true", help="skip the performance-model projections to GPUs")
     p.set_defaults(func=run)
@@ -58,7 +62,7 @@ def register(sub) -> None:
 
 def plan_from(args: argparse.Namespace):
     from ccddp.bench.characterize import FULL, QUICK, Plan
-    from ccddp.bench.options import WORKLOAD_NAMES  # the registry's names, without torch
+    from ccddp.bench.options import WORKLOAD_NAMES, trust_domains_setting  # no torch
 
     base = QUICK if args.quick else FULL
     workloads = args.workloads.split(",") if args.workloads else list(base["workloads"])
@@ -85,7 +89,14 @@ def plan_from(args: argparse.Namespace):
     precision = args.precision if args.precision is not None else base["precision"]
     if precision is not None and not (0 < precision < 1 and budget):
         raise ConfigError("--precision is a fraction between 0 and 1 (0.1 = ±10 %) and needs a --budget")
-    return Plan(workloads, world_sizes, schedules, steps, warmup, args.size, args.quick, budget, precision)
+    domains = trust_domains_setting(args.trust_domains)
+    if not isinstance(domains, str):
+        for n in world_sizes:
+            if sorted(r for d in domains for r in d) != list(range(n)):
+                raise ConfigError(f"--trust-domains {args.trust_domains} does not cover the ranks of world size {n} "
+                                  "exactly once: give one world size, or use node")
+    return Plan(workloads, world_sizes, schedules, steps, warmup, args.size, args.quick, budget, precision,
+                args.trust_domains.strip())
 
 
 def group_line(data: dict, plan, workload: str, ws: int) -> str:

@@ -60,6 +60,11 @@ class CryptoCounters:
     def diff(after: dict, before: dict) -> dict:
         return {k: after[k] - before[k] for k in after}
 
+    @staticmethod
+    def total(snapshots: list[dict]) -> dict:
+        """The sum of several snapshots (a group's counters and its sub-groups')."""
+        return {k: sum(s[k] for s in snapshots) for k in _COUNTER_NAMES}
+
 
 # The public counter fields, in declaration order (snapshot runs twice per collective).
 _COUNTER_NAMES = tuple(f.name for f in fields(CryptoCounters) if not f.name.startswith("_"))

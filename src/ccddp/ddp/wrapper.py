@@ -125,8 +125,8 @@ class SecureDDP(DistributedDataParallel):
         """Crypto counters of this rank: the gradient group's and DDP's own syncs'
         (parameter, buffer and layout broadcasts) separately."""
         empty = CryptoCounters().snapshot()
-        grads = self.hook_state.group.counters.snapshot() if self.hook_state.group else empty
-        sync = self.sync_group.counters.snapshot() if self.sync_group else empty
+        grads = self.hook_state.pg.crypto_counters() if self.hook_state.group else empty
+        sync = self.process_group.crypto_counters() if self.sync_group else empty
         return {"gradients": grads, "broadcasts": sync}
 
     def close(self) -> None:
