@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from ccddp.ddp import BouncePath
+from ccddp.bench.bounce import BouncePath
 from ccddp.errors import ConfigError, IntegrityError
 
 KEY = bytes(range(32))

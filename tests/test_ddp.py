@@ -18,7 +18,7 @@ def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=
 
     from ccddp.comm import CommSettings
     from ccddp.crypto import GroupSecret
-    from ccddp.ddp import SecureDDP
+    from ccddp.bench.ddp import SecureDDP
     from ccddp.workloads import get_workload
 
     wl = get_workload(workload, size="tiny", batch_size=2, seed=1)

@@ -5,9 +5,9 @@ really loads, is in ``test_cli.py``.
 
     cli
     report                       (tables and figures from JSON; no torch, no bench)
-    bench    testing             (measured runs | the adversary and other test tools)
+    bench    testing             (measured runs, the SecureDDP harness | the adversary, test tools)
     sim                          (the model: no torch.distributed, no engine)
-    ddp      workloads
+    workloads
     backend                      (the product's API: the "ccddp" process group)
     comm                         (the engine)
     crypto
@@ -33,19 +33,18 @@ MAY_IMPORT: dict[str, set[str]] = {
     "crypto": {"errors"},
     "comm": {"crypto", "errors", "chains"},
     "backend": {"comm", "crypto", "errors", "chains"},
-    "ddp": {"backend", "comm", "crypto", "errors", "chains"},
     "workloads": {"errors"},
     "sim": {"errors", "chains", "stats"},
     "testing": {"comm", "crypto", "errors"},
-    "bench": {"testing", "sim", "ddp", "workloads", "backend", "comm", "crypto", "errors", "chains", "stats",
+    "bench": {"testing", "sim", "workloads", "backend", "comm", "crypto", "errors", "chains", "stats",
               "runs"},
     "report": {"sim", "errors", "chains", "stats", "runs"},
-    "cli": {"report", "bench", "testing", "sim", "ddp", "workloads", "backend", "comm", "crypto", "errors",
+    "cli": {"report", "bench", "testing", "sim", "workloads", "backend", "comm", "crypto", "errors",
             "chains", "stats", "runs"},
     "": {"backend"},            # the package itself: registers the backend when torch is loaded
 }
 #: The product (what `pip install ccddp` without extras serves): none of the bench extra.
-PRODUCT = ("", "errors", "chains", "crypto", "comm", "backend", "ddp")
+PRODUCT = ("", "errors", "chains", "crypto", "comm", "backend")
 BENCH_ONLY = {"transformers", "torch_geometric", "matplotlib", "rich", "scipy", "psutil"}
 #: Outside packages a part must not import.
 MUST_NOT_IMPORT: dict[str, set[str]] = {

@@ -4,15 +4,16 @@ Layers (imports point down only; ``tests/test_layers.py`` checks them)::
 
     cli
     report                  tables, figures and report.md, from results JSON only
-    bench | sim             measured runs (with testing: the link adversary) | the model
-    ddp | workloads         SecureDDP | the paper's seven models
+    bench | sim             measured runs, the SecureDDP harness (with testing: the link
+                            adversary) | the model
+    workloads               the paper's seven models
     backend                 the "ccddp" torch.distributed backend: the product's API
     comm                    the engine: sealed collectives over links
     crypto                  keys, AEAD channel, engines
     errors chains stats runs   leaves
 
 ``sim`` models and never imports ``torch.distributed`` or ``comm``; ``report`` imports
-neither torch nor ``bench``. The product (crypto, comm, backend, ddp) needs only torch,
+neither torch nor ``bench``. The product (crypto, comm, backend) needs only torch,
 cryptography and numpy; the rest of the ``bench`` extra is for measuring and reporting.
 """
 

@@ -140,7 +140,7 @@ class DDPStepCase:
     warm_up = True
 
     def __init__(self, g: SecureGroup, tr: AdversarialTransport) -> None:
-        from ccddp.ddp import SecureDDP
+        from ccddp.bench.ddp import SecureDDP
 
         self.n, self.rank = g.world_size, g.rank
         torch.manual_seed(0)

@@ -40,7 +40,8 @@ from ccddp.comm import CommSettings, SecureGroup
 from ccddp.comm.control import gather_json
 from ccddp.crypto import derive_purpose_key
 from ccddp.crypto.counters import CryptoCounters
-from ccddp.ddp import BouncePath, SecureDDP
+from ccddp.bench.bounce import BouncePath
+from ccddp.bench.ddp import SecureDDP
 from ccddp.errors import ConfigError
 
 SCHEMA = "ccddp.train/1"

@@ -1,6 +1,9 @@
 """``SecureDDP``: plain ``DistributedDataParallel`` on a ``ccddp`` group (``cc="on"``), or on
 its plaintext group (``cc="off"``, the measuring baseline), with per-iteration timing marks.
 
+The measuring harness of ``ccddp train``, not a way in: a user's script runs plain DDP on
+the backend (``init_process_group("ccddp")``), which is what ``cc="on"`` measures.
+
 With ``cc="on"`` everything DDP sends -- the parameter-shape check, the parameter and
 buffer syncs, the rebuilt bucket layout, every gradient bucket -- goes through the
 ``ccddp`` backend, sealed, and the gradient all-reduces run on a group's op queue while
@@ -36,7 +39,7 @@ from ccddp.backend.process_group import ProcessGroupCCDDP
 from ccddp.comm import CommSettings
 from ccddp.crypto import GroupSecret
 from ccddp.crypto.counters import CryptoCounters
-from ccddp.ddp.hooks import HookState, timed
+from ccddp.bench.hooks import HookState, timed
 from ccddp.errors import ConfigError
 
 _DDP_TAKES_FORWARD_SYNC = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
