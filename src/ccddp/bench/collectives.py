@@ -21,12 +21,11 @@ import torch.distributed as dist
 
 from ccddp.bench.machine import machine_info, process_cpu_seconds
 from ccddp.bench.options import (BACKEND_IMPL, DTYPE_NAMES, OPS, build_collectives_parser,  # noqa: F401
-                                 parse_size, trust_domains_setting)
+                                 check_collectives, parse_size, trust_domains_setting)
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.control import gather_json
 from ccddp.crypto.counters import CryptoCounters
-from ccddp.errors import ConfigError
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 SCHEMA = "ccddp.bench.collectives/1"
@@ -263,19 +262,11 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
 
 
 def validate(args: argparse.Namespace) -> None:
-    for op in args.ops.split(","):
-        if op not in OPS:
-            raise ConfigError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
-    impls = args.impl.split(",")
-    for impl in impls:
+    """The arguments as ``ccddp bench collectives`` checks them, and the settings they make."""
+    check_collectives(args)
+    for impl in args.impl.split(","):
         CommSettings(impl="secure" if impl == BACKEND_IMPL else impl)
     CommSettings(trust_domains=trust_domains_setting(args.trust_domains))
-    if len(set(impls)) != len(impls):
-        raise ConfigError(f"--impl lists an implementation twice: {args.impl}")
-    for size in args.sizes.split(","):
-        parse_size(size)
-    if args.iters < 1 or args.warmup < 0:
-        raise ConfigError("--iters must be >= 1 and --warmup >= 0")
 
 
 def main() -> None:
