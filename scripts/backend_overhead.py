@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 import ccddp.backend  # noqa: F401
-from ccddp.comm import CommSettings, SecureGroup, all_reduce
+from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
 try:
     from ccddp.stats import paired_ratio
 except ImportError:  # a tree before the statistics moved (the before/after comparison runs one)
@@ -43,7 +43,7 @@ def main() -> None:
     rank, n = dist.get_rank(), dist.get_world_size()
     settings = CommSettings()
     backend_pg = dist.new_group(backend="ccddp", pg_options=ccddp.backend.Options(settings=settings))
-    comm_group = SecureGroup(settings, pg=dist.new_group(backend="gloo"))
+    comm_group = SecureGroup(settings, transport=Transport.open(dist.new_group(backend="gloo"), settings.timeout_s))
     rows = []
     for text in a.sizes.split(","):
         numel = size_bytes(text) // 4

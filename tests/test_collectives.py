@@ -14,11 +14,12 @@ SECRET = bytes.fromhex("80a1ef968996f68127072dc1ef099048d83d39e3cbc8858a82926253
 
 
 def _group(impl, **kw):
-    from ccddp.comm import CommSettings, SecureGroup
+    from ccddp.comm import CommSettings, SecureGroup, Transport
     from ccddp.crypto import GroupSecret
 
     kw.setdefault("segment_bytes", 1024)
-    return SecureGroup(CommSettings(impl=impl, timeout_s=20, **kw), secret=GroupSecret(SECRET))
+    return SecureGroup(CommSettings(impl=impl, timeout_s=20, **kw), secret=GroupSecret(SECRET),
+                       transport=Transport.open(None, 20))
 
 
 def _close(a, b, dtype):
@@ -312,7 +313,8 @@ def _tagged_rank(rank, n):
         out[impl + str(kw)] = {"ok": bool(torch.equal(x, 2 * n * torch.arange(3000.0) + 2 * sum(range(n)))),
                                "first": first, "second": list(tr.events)}
     # Chain broadcast: the root receives nothing and still checks its descriptors.
-    g = SecureGroup(CommSettings(segment_bytes=1024, timeout_s=20), secret=GroupSecret(SECRET))
+    g = SecureGroup(CommSettings(segment_bytes=1024, timeout_s=20), secret=GroupSecret(SECRET),
+                    transport=Transport.open(None, 20))
     b = torch.full((100,), float(rank))
     out["broadcast"] = bool((broadcast(b, 1, g) == 1).all())
     # Lengths differ: both ranks say so, and neither buffer took a byte from the other.
@@ -403,3 +405,19 @@ def test_send_frames_are_a_few_reused_slots(world_size):
     for ok, tx, slots in run_ranks(_send_slots_rank, world_size):
         assert ok
         assert tx == slots, (tx, slots)
+
+
+def test_a_secure_group_makes_no_link_behind_the_callers_back():
+    """Its links are made explicitly (``Transport.open``); without them a secure group is
+    refused, before anything is exchanged."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from ccddp.comm import CommSettings, SecureGroup
+    from ccddp.crypto import GroupSecret
+    from ccddp.errors import ConfigError
+
+    pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=5))
+    with pytest.raises(ConfigError, match="Transport.open"):
+        SecureGroup(CommSettings(), GroupSecret(SECRET), pg)

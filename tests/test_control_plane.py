@@ -75,7 +75,7 @@ def _pinned_rank(rank, n, record_file, mode):
     import torch
 
     from _hostile_host import HostileHost
-    from ccddp.comm import CommSettings, SecureGroup, all_reduce
+    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
     from ccddp.crypto.keys import GroupSecret
 
     log: list[tuple[str, str, str]] = []
@@ -86,7 +86,8 @@ def _pinned_rank(rank, n, record_file, mode):
     host.active = rank == VICTIM
 
     def group(name: str):
-        return SecureGroup(settings, secret, recorder=lambda k, nonce: log.append((name, k.hex(), nonce.hex())))
+        return SecureGroup(settings, secret, recorder=lambda k, nonce: log.append((name, k.hex(), nonce.hex())),
+                           transport=Transport.open(None, settings.timeout_s))
 
     outcome = {}
     if mode != "run2":

@@ -174,7 +174,7 @@ def _allreduce_rank(rank, n, engine):
     real_urandom, os.urandom = os.urandom, lambda k: rng.randbytes(k)
     try:
         g = SecureGroup(CommSettings(timeout_s=60, segment_bytes=1024, chains=1, aead_engine=engine),
-                        secret=GroupSecret.from_hex(SECRET_HEX))
+                        secret=GroupSecret.from_hex(SECRET_HEX), transport=Transport.open(None, 60))
     finally:
         os.urandom = real_urandom
     g.transport = Recording(g.transport)

@@ -408,17 +408,17 @@ def _group_rank(rank, n, keydir):
     on every rank and leave the process group usable."""
     import torch
 
-    from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce
+    from ccddp.comm import CommSettings, SecureGroup, Transport, all_gather, all_reduce
     from ccddp.crypto.establish import Allowlist, Identity, KeyEstablishment
 
     out = {}
     s = CommSettings(segment_bytes=1024, timeout_s=15)
-    g = SecureGroup(s)                       # CCDDP_IDENTITY / CCDDP_ALLOWLIST are set
+    g = SecureGroup(s, transport=Transport.open(None, s.timeout_s))   # CCDDP_IDENTITY / CCDDP_ALLOWLIST are set
     x = torch.arange(3000, dtype=torch.float32) + rank
     all_reduce(x, g)
     out["sum_ok"] = torch.equal(x, torch.arange(3000, dtype=torch.float32) * n + n * (n - 1) / 2)
     out["peers"] = g.keys.peers
-    gk = SecureGroup(s.with_(allgather="group-key"))
+    gk = SecureGroup(s.with_(allgather="group-key"), transport=Transport.open(None, s.timeout_s))
     y = torch.empty(n * 500)
     all_gather(y, torch.full((500,), float(rank)), gk)
     out["gather_ok"] = torch.equal(y, torch.arange(n).repeat_interleave(500).float())
@@ -426,11 +426,11 @@ def _group_rank(rank, n, keydir):
     allow = Allowlist.from_file(os.path.join(keydir, "allowlist.json"))
     me = Identity.generate("impostor") if rank == 2 else Identity.from_file(os.path.join(keydir, f"rank{rank}.pem"))
     try:
-        SecureGroup(s, establishment=KeyEstablishment(me, allow))
+        SecureGroup(s, establishment=KeyEstablishment(me, allow), transport=Transport.open(None, s.timeout_s))
         out["impostor"] = "accepted"
     except Exception as e:  # noqa: BLE001 - the test asserts on the type
         out["impostor"] = f"{type(e).__name__}: {e}"
-    g2 = SecureGroup(s)                      # the group still works after the refusal
+    g2 = SecureGroup(s, transport=Transport.open(None, s.timeout_s))   # the group still works after the refusal
     z = torch.ones(100)
     out["after_ok"] = torch.equal(all_reduce(z, g2), torch.full((100,), float(n)))
     return out

@@ -34,7 +34,7 @@ def _mismatch_rank(rank, n, timeout_s):
     import torch
     import torch.distributed as dist
 
-    from ccddp.comm import CommSettings, SecureGroup, all_reduce
+    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
     from ccddp.crypto.keys import GroupSecret
 
     out = {}
@@ -58,7 +58,7 @@ def _mismatch_rank(rank, n, timeout_s):
         t0 = time.monotonic()
         x = torch.ones(numel, dtype=dtype)
         try:
-            g = SecureGroup(settings, secret, pg)
+            g = SecureGroup(settings, secret, pg, transport=Transport.open(pg, settings.timeout_s))
             all_reduce(x, g)
             out[name] = {"status": "returned", "correct": bool((x == n).all())}
         except Exception as e:  # noqa: BLE001 - asserted on by type below
@@ -104,7 +104,7 @@ def _victim_rank(rank, n, timeout_s):
     import torch.distributed as dist
 
     from ccddp.bench.selftest import _FaultTransport
-    from ccddp.comm import CommSettings, SecureGroup, all_reduce
+    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
     from ccddp.crypto.keys import GroupSecret
 
     class Freeze(_FaultTransport):

@@ -31,7 +31,7 @@ def sealed_by(rank: int, nonce: bytes) -> bool:
 def _record_rank(rank, n, keydir):
     import torch
 
-    from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
+    from ccddp.comm import CommSettings, SecureGroup, Transport, all_gather, all_reduce, broadcast, reduce_scatter
     from ccddp.crypto.establish import Allowlist, Identity, KeyEstablishment
     from ccddp.crypto.keys import GroupSecret
 
@@ -48,7 +48,7 @@ def _record_rank(rank, n, keydir):
     for mode in ("psk", "establish"):
         for i, s in enumerate(variants):
             kw = {"secret": GroupSecret.from_hex(SECRET_HEX)} if mode == "psk" else {"establishment": est}
-            g = SecureGroup(s, recorder=recorder_for(f"{mode}/{i}"), **kw)
+            g = SecureGroup(s, recorder=recorder_for(f"{mode}/{i}"), transport=Transport.open(None, s.timeout_s), **kw)
             for numel in (1, 3000):
                 x = torch.ones(numel)
                 all_reduce(x, g)

@@ -32,10 +32,11 @@ def _soak_rank(rank, n, iterations, warmup):
 
     import torch
 
-    from ccddp.comm import CommSettings, SecureGroup, all_reduce
+    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
     from ccddp.crypto.keys import GroupSecret
 
-    g = SecureGroup(CommSettings(segment_bytes=16384, chains=2, timeout_s=30), GroupSecret(SECRET))
+    g = SecureGroup(CommSettings(segment_bytes=16384, chains=2, timeout_s=30), GroupSecret(SECRET),
+                    transport=Transport.open(None, 30))
     expect = {m: ((torch.arange(m) % 5) * n + n * (n + 1) / 2).float() for m in SIZES}
     wrong, samples, t0 = 0, [], time.monotonic()
     for i in range(iterations):

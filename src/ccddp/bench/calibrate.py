@@ -314,11 +314,11 @@ def p2p_bench(fast: bool) -> dict:
 
     # Collectives: tiny-segment secure all-reduce (engine per-message cost), and larger
     # secure / ring / gloo all-reduces as a check of the model.
-    from ccddp.comm import CommSettings, SecureGroup, all_reduce
+    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
 
     def allreduce_time(settings: CommSettings, nbytes: int, iters: int) -> tuple[float, float]:
         """(wall seconds of the slowest rank, CPU seconds of this rank) per all-reduce."""
-        g = SecureGroup(settings)
+        g = SecureGroup(settings, transport=Transport.open(None, settings.timeout_s))
         x = torch.ones(max(n, nbytes // 4))
         times, cpus = [], []
         for i in range(iters + 1):

@@ -23,7 +23,7 @@ from ccddp.bench.machine import machine_info, process_cpu_seconds
 from ccddp.bench.options import (BACKEND_IMPL, DTYPE_NAMES, OPS, build_collectives_parser,  # noqa: F401
                                  check_collectives, parse_size, trust_domains_setting)
 from ccddp.bench.worker import init_from_env, run_worker
-from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
+from ccddp.comm import CommSettings, SecureGroup, Transport, all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.control import gather_json
 from ccddp.crypto.counters import CryptoCounters
 
@@ -175,7 +175,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
     itemsize = torch.empty(0, dtype=dtype).element_size()
     # Per-rank results (times, wrong-element counts) travel sealed on a group of their
     # own: the host must not be able to turn a wrong result into "0 wrong".
-    report = SecureGroup(CommSettings(impl="secure", timeout_s=args.timeout))
+    report = SecureGroup(CommSettings(impl="secure", timeout_s=args.timeout), transport=Transport.open(None, args.timeout))
     groups = {}
     for impl in args.impl.split(","):
         settings = CommSettings(impl="secure" if impl == BACKEND_IMPL else impl, algorithm=args.algorithm,
@@ -184,7 +184,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
         if impl == BACKEND_IMPL:
             groups[impl] = _BackendGroup(settings.with_(trust_domains=trust_domains_setting(args.trust_domains)))
         else:
-            groups[impl] = SecureGroup(settings)
+            groups[impl] = SecureGroup(settings, transport=Transport.open(None, settings.timeout_s))
     rows = []
     for op in args.ops.split(","):
         for size in args.sizes.split(","):

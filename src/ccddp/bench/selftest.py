@@ -591,8 +591,8 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
     # The report's own group: clean (no adversary of ours on it), secure, and patient enough
     # for a rank that is still finishing a case another rank has left.
     wait_s = 3 * settings.timeout_s + 30
-    report = SecureGroup(CommSettings(impl="secure", timeout_s=wait_s), secret,
-                         dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s)))
+    report = SecureGroup(CommSettings(impl="secure", timeout_s=wait_s), secret, transport=Transport.open(
+        dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s)), wait_s))
     run = SelftestRun(secret, settings, short_timeout_s, report)
     try:
         return [run_case(i, attack, collective, run)

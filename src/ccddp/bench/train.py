@@ -36,7 +36,7 @@ from ccddp.bench.machine import machine_info
 from ccddp.bench.options import (PHASES, PROGRESS_ENV, SCHEDULES, Variant, build_parser, check,  # noqa: F401
                                  trust_domains_setting, variant_key)
 from ccddp.bench.worker import init_from_env, run_worker
-from ccddp.comm import CommSettings, SecureGroup
+from ccddp.comm import CommSettings, SecureGroup, Transport
 from ccddp.comm.control import gather_json
 from ccddp.crypto import derive_purpose_key
 from ccddp.crypto.counters import CryptoCounters
@@ -79,7 +79,8 @@ def harness_group(args: argparse.Namespace, variants: list[Variant]) -> SecureGr
     CC-on (the host must not steer or read a confidential run's measurement), plaintext
     for CC-off alone. Collective: every rank creates it first, before any model."""
     secure = any(v.cc == "on" for v in variants)
-    return SecureGroup(CommSettings(impl="secure" if secure else "gloo", timeout_s=args.timeout))
+    return SecureGroup(CommSettings(impl="secure" if secure else "gloo", timeout_s=args.timeout),
+                       transport=Transport.open(None, args.timeout))
 
 
 def gather_from_ranks(obj, group: SecureGroup) -> list:

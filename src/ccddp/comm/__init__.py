@@ -33,5 +33,7 @@ Example::
 from ccddp.comm.collectives import all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.settings import IMPLS, CommSettings
+from ccddp.comm.transport import Transport
 
-__all__ = ["all_gather", "all_reduce", "broadcast", "reduce_scatter", "SecureGroup", "CommSettings", "IMPLS"]
+__all__ = ["all_gather", "all_reduce", "broadcast", "reduce_scatter", "SecureGroup", "CommSettings", "IMPLS",
+           "Transport"]

@@ -13,7 +13,7 @@ instead of with a failed tag (see :class:`_Descriptors`).
 
 Example::
 
-    group = SecureGroup(CommSettings(impl="secure"), secret=GroupSecret.from_env())
+    group = SecureGroup(CommSettings(impl="secure"), secret=GroupSecret.from_env(), transport=Transport.open(None, 60))
     grads = torch.randn(1 << 20)
     all_reduce(grads, group)          # every hop AES-256-GCM sealed and verified
 """

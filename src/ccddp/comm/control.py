@@ -7,7 +7,7 @@ unpickled: messages are bytes, or JSON parsed after authentication.
 
 Example::
 
-    group = SecureGroup(CommSettings(impl="secure"))
+    group = SecureGroup(CommSettings(impl="secure"), transport=Transport.open(None, 60))
     counts = gather_json({"wrong": 0, "ms": 12.5}, group)   # one dict per rank, authenticated
     ok = all(c["wrong"] == 0 for c in counts)
 """

@@ -11,14 +11,14 @@ that says what differs.
 Example::
 
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
-    group = SecureGroup(CommSettings(impl="secure"), secret=GroupSecret.from_env())
+    group = SecureGroup(CommSettings(impl="secure"), secret=GroupSecret.from_env(),
+                        transport=Transport.open(None, 60))   # the links: made explicitly
     all_reduce(tensor, group)
 """
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -51,7 +51,7 @@ class SecureGroup:
         self.settings = settings or CommSettings()
         # A registered group, or a bare gloo backend (the ccddp backend's internal links,
         # which then comes with its transport).
-        self.pg = pg if pg is not None else dist.group.WORLD
+        self.pg = pg if pg is not None else transport.pg if transport is not None else dist.group.WORLD
         self.rank = self.pg.rank()
         self.world_size = self.pg.size()
         if self.settings.secure and secret is None and establishment is None:
@@ -62,14 +62,12 @@ class SecureGroup:
         self.recorder = recorder
         self.counters = CryptoCounters()
         if transport is None:
-            downward = None
             if self.settings.impl != "gloo":
-                # One connection per direction of each link (see Transport._link):
-                # 2-rank and tree collectives send and receive on the same link.
-                downward = dist.new_group(
-                    dist.get_process_group_ranks(self.pg), backend="gloo",
-                    timeout=timedelta(seconds=max(60.0, self.settings.timeout_s)), use_local_synchronization=True)
-            transport = Transport(self.pg, self.settings.timeout_s, downward=downward)
+                # No link is made behind the caller's back: a ring needs one connection per
+                # direction of each link (Transport.open makes them, explicitly).
+                raise ConfigError(f"a SecureGroup with impl {self.settings.impl!r} needs its links: pass "
+                                  "transport=Transport.open(pg, settings.timeout_s)")
+            transport = Transport(self.pg, self.settings.timeout_s)   # the setup's messages only
         # The setup's messages cross the transport too, where an adversary can reach them.
         self.transport = transport
         # What every rank must agree on: the group's identity and its settings. It is

@@ -30,6 +30,22 @@ class Transport:
     collective sends its data on a tag of its own (see ``ccddp.comm.collectives``).
     """
 
+    @classmethod
+    def open(cls, pg: dist.ProcessGroup | None, timeout_s: float) -> "Transport":
+        """The links of a secure group over the registered group ``pg`` (default: the
+        world): ``pg`` itself and, for the other direction of every link, a second gloo
+        group over its ranks -- made here, collectively (every rank of ``pg`` calls this,
+        as it would ``dist.new_group``), and kept until the process exits.
+
+        Example::
+
+            group = SecureGroup(settings, secret, pg, transport=Transport.open(pg, settings.timeout_s))
+        """
+        pg = pg if pg is not None else dist.group.WORLD
+        downward = dist.new_group(dist.get_process_group_ranks(pg), backend="gloo",
+                                  timeout=timedelta(seconds=max(60.0, timeout_s)), use_local_synchronization=True)
+        return cls(pg, timeout_s, downward=downward)
+
     def __init__(self, pg: dist.ProcessGroup, timeout_s: float, *,
                  downward: dist.ProcessGroup | None = None) -> None:
         self.pg = pg
