@@ -14,9 +14,9 @@ Each rank seals ``2(d-1)/d * S/k`` bytes of an ``S``-byte all-reduce over ``d`` 
 against ``2(n-1)/n * S`` in the flat schedule. Phases 1 and 3 are the engine's own ring,
 unsealed (gloo's reduce-scatter and all-gather took 1-3x gloo's whole all-reduce on two
 loopback ranks, BENCHMARKS.md), so shards of any size need no padding, and every phase
-works in the buffer in place: no copy of it is made. AVG runs as SUM and is divided once at the end; every
-other reduction is applied in each phase (all are associative and commutative;
-floating-point results differ from the flat schedule's by summation order only).
+works in the buffer in place: no copy of it is made. AVG runs as SUM and is divided once
+at the end; every other reduction is applied in each phase (all are associative and
+commutative; floating-point results differ from the flat schedule's by summation order).
 
 Example::
 
