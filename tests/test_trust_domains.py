@@ -1,5 +1,5 @@
-"""Trust domains: the hierarchical all-reduce gives ``dist.all_reduce``'s results for any
-map (uneven domains too), seals only what crosses domains (the counters show the
+"""Trust domains: the hierarchical all-reduce, broadcast and all-gather give gloo's results
+for any map (uneven domains too), seal only what crosses domains (the counters show the
 reduction), every other op stays correct, and ranks that disagree on the map fail fast."""
 
 from __future__ import annotations
@@ -44,6 +44,19 @@ def _domains_rank(rank, n, domains, numels):
             dist.all_reduce(x, op=op, group=pg)
             if not torch.allclose(x.double(), want.double(), rtol=1e-5, atol=1e-5):
                 bad.append(f"{op} {dtype} {numel}: max diff {(x.double() - want.double()).abs().max()}")
+    # Broadcast, hierarchical too: from every root, at every size.
+    for numel in numels:
+        for root in range(n):
+            t = _inp(rank, numel) if rank == root else torch.zeros(numel)
+            dist.broadcast(t, root, group=pg)
+            if not torch.equal(t, _inp(root, numel)):
+                bad.append(f"broadcast from {root}, {numel} elements")
+    # All-gather, hierarchical too (equal inputs): every rank's data in rank order.
+    for numel in numels:
+        out = torch.empty(n * numel)
+        dist.all_gather_into_tensor(out, _inp(rank, numel), group=pg)
+        if not torch.equal(out, torch.cat([_inp(r, numel) for r in range(n)])):
+            bad.append(f"all_gather_into_tensor of {numel} elements")
     # Every other op, still correct under the map (sealed end to end).
     t = torch.full((5,), float(rank))
     dist.broadcast(t, 1, group=pg)
@@ -98,19 +111,34 @@ def _bytes_rank(rank, n, domains, numel):
 
     settings = CommSettings(timeout_s=30, trust_domains=domains)
     pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=30), pg_options=Options(settings=settings))
-    before = pg.crypto_counters()["bytes_sealed"]
-    dist.all_reduce(torch.ones(numel), group=pg)
-    return pg.crypto_counters()["bytes_sealed"] - before
+    sealed = {}
+    for op, call in (("all_reduce", lambda: dist.all_reduce(torch.ones(numel), group=pg)),
+                     ("broadcast", lambda: dist.broadcast(torch.ones(numel), 0, group=pg)),
+                     ("all_gather", lambda: dist.all_gather_into_tensor(torch.empty(n * numel), torch.ones(numel),
+                                                                        group=pg))):
+        before = pg.crypto_counters()["bytes_sealed"]
+        call()
+        sealed[op] = pg.crypto_counters()["bytes_sealed"] - before
+    return sealed
 
 
 @pytest.mark.parametrize("domains", [[[0], [1], [2], [3]], [[0, 1], [2, 3]], [[0, 1, 2, 3]]])
 def test_bytes_sealed_per_rank_drop_by_the_domain_size(domains):
+    """Per rank and op, the bytes sealed drop as the schedules say."""
     n, numel = 4, 1 << 16
     size = numel * 4
     d, g = len(domains), len(domains[0])
-    for sealed in run_ranks(_bytes_rank, n, domains, numel, timeout=120):
-        # 2(d-1)/d * S/g data bytes (the flat schedule: d = n, g = 1), within a chunk's rounding.
-        assert abs(sealed - 2 * (d - 1) / d * size / g) <= 64, (domains, sealed)
+    results = run_ranks(_bytes_rank, n, domains, numel, timeout=120)
+    for sealed in results:
+        # All-reduce: 2(d-1)/d * S/g data bytes (the flat schedule: d = n, g = 1), within a
+        # chunk's rounding and the descriptors' bytes.
+        assert abs(sealed["all_reduce"] - 2 * (d - 1) / d * size / g) <= 64, (domains, sealed)
+        # All-gather of S bytes per rank: (d-1) pieces of g*S/k = S (flat: n-1 inputs).
+        assert abs(sealed["all_gather"] - (d - 1) * size) <= 64, (domains, sealed)
+    # Broadcast of S from rank 0: S/g at most, sealed once per shard (flat: S at every rank
+    # of the chain but the last).
+    assert max(r["broadcast"] for r in results) <= size / g + 64, (domains, results)
+    assert sum(r["broadcast"] for r in results) >= (d - 1) * size, (domains, results)
 
 
 def _disagree_rank(rank, n):

@@ -1,4 +1,5 @@
-"""All-reduce over trust domains: plaintext inside a domain, sealed only across domains.
+"""All-reduce (and broadcast, all-gather) over trust domains: plaintext inside a domain,
+sealed only across domains.
 
 With ``k`` shards (the smallest domain's size, :attr:`DomainMap.shards`), the buffer is cut
 into ``k`` chunks, and rank ``l`` of every domain (its local index) holds shard ``l``:
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ccddp.comm.collectives import run_all_gather, run_all_reduce, run_reduce_scatter_in_place
+from ccddp.comm.collectives import run_all_gather, run_all_reduce, run_broadcast, run_reduce_scatter_in_place
 from ccddp.comm.domains import DomainMap
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.plan import chunk_bounds, sized_bounds
@@ -73,3 +74,69 @@ def hierarchical_all_reduce(links: DomainLinks, flat: torch.Tensor, reduction: R
     if g > 1:
         run_all_gather(local, flat, None, bounds)
     reduction.finish(flat, links.world_size)
+
+
+def hierarchical_broadcast(links: DomainLinks, flat: torch.Tensor, root: int) -> None:
+    """Group rank ``root``'s ``flat`` to every rank, in place: to the ranks of the root's
+    domain in plaintext; shard ``l`` of ``k`` sealed, once, to rank ``l`` of every other
+    domain (on shard ``l``'s ring across domains); then, inside every other domain, the
+    shards to every rank in plaintext. Each shard holder seals ``S/k`` bytes (the flat
+    chain: ``S`` at every rank but the last)."""
+    m, local, k = links.map, links.local, links.map.shards
+    g, mine = local.world_size, local.rank
+    root_domain = m.domain_of(root)
+    at_root = m.domain_of(links.rank) == root_domain
+    bounds = sized_bounds([b - a for a, b in chunk_bounds(flat.numel(), k)] + [0] * (g - k))
+    if at_root and g > 1:
+        run_broadcast(local, flat, m.local_index(root))
+    if links.cross is not None and mine < k:
+        a, b = bounds[mine]
+        run_broadcast(links.cross, flat[a:b], root_domain)   # the ring's ranks are domain indices
+    if not at_root and g > 1:
+        run_all_gather(local, flat, None, bounds)
+
+
+def hierarchical_all_gather(links: DomainLinks, out: torch.Tensor, inp: torch.Tensor) -> None:
+    """``out`` = every rank's ``inp`` (all of one size) in group-rank order: the inputs of
+    a domain gathered inside it in plaintext (its *block*); piece ``l`` of ``k`` of every
+    domain's block gathered across domains, sealed, on shard ``l``'s ring; every rank of a
+    domain given every piece in plaintext; then each piece written where its ranks' inputs
+    go. Each shard holder seals ``(d-1)`` pieces of ``g*c/k`` elements (the flat ring:
+    ``n-1`` inputs of ``c``)."""
+    m, local, k = links.map, links.local, links.map.shards
+    g, mine, c = local.world_size, local.rank, inp.numel()
+    mine_d = m.domain_of(links.rank)
+    block = inp
+    if g > 1:
+        block = torch.empty(g * c, dtype=inp.dtype)
+        run_all_gather(local, block, inp)
+    if len(m.domains) == 1:
+        _place(out, block, m.domains[0], 0, block.numel(), c)
+        return
+    pieces = [chunk_bounds(len(d) * c, k) for d in m.domains]           # per domain, its block's k pieces
+    gathered = block[:0]
+    if links.cross is not None and mine < k:
+        sizes = [p[mine][1] - p[mine][0] for p in pieces]
+        gathered = torch.empty(sum(sizes), dtype=inp.dtype)
+        a, b = pieces[mine_d][mine]
+        run_all_gather(links.cross, gathered, block[a:b].contiguous(), sized_bounds(sizes))
+    per_holder = [sum(p[l][1] - p[l][0] for p in pieces) for l in range(k)] + [0] * (g - k)
+    everything = gathered
+    if g > 1:
+        everything = torch.empty(sum(per_holder), dtype=inp.dtype)
+        run_all_gather(local, everything, gathered, sized_bounds(per_holder))
+    off = 0
+    for l in range(k):
+        for d, p in zip(m.domains, pieces):
+            a, b = p[l]
+            _place(out, everything[off:off + b - a], d, a, b, c)
+            off += b - a
+
+
+def _place(out: torch.Tensor, part: torch.Tensor, ranks: tuple[int, ...], a: int, b: int, c: int) -> None:
+    """Write ``part``, elements ``[a, b)`` of a block holding ``ranks``' inputs of ``c``
+    elements each in that order, where those inputs go in ``out``."""
+    for j, r in enumerate(ranks):
+        lo, hi = max(a, j * c), min(b, (j + 1) * c)
+        if lo < hi:
+            out[r * c + lo - j * c:r * c + hi - j * c].copy_(part[lo - a:hi - a])
