@@ -1,5 +1,5 @@
-"""Trust domains: the hierarchical all-reduce, broadcast and all-gather give gloo's results
-for any map (uneven domains too), seal only what crosses domains (the counters show the
+"""Trust domains: the hierarchical all-reduce and broadcast give gloo's results for any
+map (uneven domains too), seal only what crosses domains (the counters show the
 reduction), every other op stays correct, and ranks that disagree on the map fail fast."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _domains_rank(rank, n, domains, numels):
             dist.broadcast(t, root, group=pg)
             if not torch.equal(t, _inp(root, numel)):
                 bad.append(f"broadcast from {root}, {numel} elements")
-    # All-gather, hierarchical too (equal inputs): every rank's data in rank order.
+    # All-gather (sealed end to end under any map): every rank's data in rank order.
     for numel in numels:
         out = torch.empty(n * numel)
         dist.all_gather_into_tensor(out, _inp(rank, numel), group=pg)
@@ -133,8 +133,8 @@ def test_bytes_sealed_per_rank_drop_by_the_domain_size(domains):
         # All-reduce: 2(d-1)/d * S/g data bytes (the flat schedule: d = n, g = 1), within a
         # chunk's rounding and the descriptors' bytes.
         assert abs(sealed["all_reduce"] - 2 * (d - 1) / d * size / g) <= 64, (domains, sealed)
-        # All-gather of S bytes per rank: (d-1) pieces of g*S/k = S (flat: n-1 inputs).
-        assert abs(sealed["all_gather"] - (d - 1) * size) <= 64, (domains, sealed)
+        # All-gather stays sealed end to end whatever the map: n-1 inputs.
+        assert abs(sealed["all_gather"] - (n - 1) * size) <= 64, (domains, sealed)
     # Broadcast of S from rank 0: S/g at most, sealed once per shard (flat: S at every rank
     # of the chain but the last).
     assert max(r["broadcast"] for r in results) <= size / g + 64, (domains, results)

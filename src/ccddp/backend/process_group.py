@@ -14,7 +14,7 @@ Inside, the group keeps bare gloo connection sets built from a ``PrefixStore`` o
 group's own store (:mod:`ccddp.backend.links`): collectives (one per link direction) and
 point-to-point messages, and, with trust domains larger than one rank
 (``CommSettings.trust_domains``), its domain's loopback-bound plaintext set and its
-shard's sealed ring across domains, over which all-reduce, broadcast and all-gather run
+shard's sealed ring across domains, over which all-reduce and broadcast run
 hierarchically
 (:mod:`ccddp.comm.hierarchy`). They are registered nowhere: users, torch's group registry
 and ``torch.compile`` never see them, and every op method is kept out of dynamo's tracing
@@ -45,7 +45,7 @@ from ccddp.comm.p2p import SealedPeerLinks
 from ccddp.comm.reduce import Reduction
 from ccddp.backend.links import domain_links, internal_links
 from ccddp.comm.domains import resolve
-from ccddp.comm.hierarchy import hierarchical_all_gather, hierarchical_all_reduce, hierarchical_broadcast
+from ccddp.comm.hierarchy import hierarchical_all_reduce, hierarchical_broadcast
 from ccddp.comm.transport import Transport
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.errors import ConfigError
@@ -144,9 +144,9 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         domains = resolve(settings.trust_domains, rank, size, transport.exchange)
         self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks,
                                         domains=domains)
-        # Trust domains larger than one rank: all-reduce, broadcast and all-gather go
-        # hierarchical (plaintext only inside a domain, on loopback-bound links); every
-        # other op stays sealed end to end.
+        # Trust domains larger than one rank: all-reduce and broadcast go hierarchical
+        # (plaintext only inside a domain, on loopback-bound links); every other op stays
+        # sealed end to end.
         self.domain_links = None if domains.trivial else domain_links(store, rank, domains, self.secure_group,
                                                                        ranks, gloo_timeout)
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
@@ -285,10 +285,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         def job() -> None:
             flat = torch.empty(sum(sizes), dtype=dtype)
             uneven = len(set(sizes)) > 1
-            if self.domain_links is not None and not uneven:
-                hierarchical_all_gather(self.domain_links, flat, inp.contiguous().view(-1))
-            else:
-                all_gather(flat, inp.contiguous(), self.secure_group, sizes=sizes if uneven else None)
+            all_gather(flat, inp.contiguous(), self.secure_group, sizes=sizes if uneven else None)
             for o, part in zip(outs, flat.split(sizes)):
                 o.copy_(part.view(o.shape))
 
@@ -315,10 +312,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         buf, back = _staged(output)
 
         def job() -> None:
-            if self.domain_links is not None:
-                hierarchical_all_gather(self.domain_links, buf.view(-1), input.contiguous().view(-1))
-            else:
-                run_all_gather(self.secure_group, buf.view(-1), input.contiguous().view(-1))
+            run_all_gather(self.secure_group, buf.view(-1), input.contiguous().view(-1))
             back()
 
         return job

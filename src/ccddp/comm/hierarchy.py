@@ -1,5 +1,5 @@
-"""All-reduce (and broadcast, all-gather) over trust domains: plaintext inside a domain,
-sealed only across domains.
+"""All-reduce (and broadcast) over trust domains: plaintext inside a domain, sealed only
+across domains.
 
 With ``k`` shards (the smallest domain's size, :attr:`DomainMap.shards`), the buffer is cut
 into ``k`` chunks, and rank ``l`` of every domain (its local index) holds shard ``l``:
@@ -95,48 +95,3 @@ def hierarchical_broadcast(links: DomainLinks, flat: torch.Tensor, root: int) ->
     if not at_root and g > 1:
         run_all_gather(local, flat, None, bounds)
 
-
-def hierarchical_all_gather(links: DomainLinks, out: torch.Tensor, inp: torch.Tensor) -> None:
-    """``out`` = every rank's ``inp`` (all of one size) in group-rank order: the inputs of
-    a domain gathered inside it in plaintext (its *block*); piece ``l`` of ``k`` of every
-    domain's block gathered across domains, sealed, on shard ``l``'s ring; every rank of a
-    domain given every piece in plaintext; then each piece written where its ranks' inputs
-    go. Each shard holder seals ``(d-1)`` pieces of ``g*c/k`` elements (the flat ring:
-    ``n-1`` inputs of ``c``)."""
-    m, local, k = links.map, links.local, links.map.shards
-    g, mine, c = local.world_size, local.rank, inp.numel()
-    mine_d = m.domain_of(links.rank)
-    block = inp
-    if g > 1:
-        block = torch.empty(g * c, dtype=inp.dtype)
-        run_all_gather(local, block, inp)
-    if len(m.domains) == 1:
-        _place(out, block, m.domains[0], 0, block.numel(), c)
-        return
-    pieces = [chunk_bounds(len(d) * c, k) for d in m.domains]           # per domain, its block's k pieces
-    gathered = block[:0]
-    if links.cross is not None and mine < k:
-        sizes = [p[mine][1] - p[mine][0] for p in pieces]
-        gathered = torch.empty(sum(sizes), dtype=inp.dtype)
-        a, b = pieces[mine_d][mine]
-        run_all_gather(links.cross, gathered, block[a:b].contiguous(), sized_bounds(sizes))
-    per_holder = [sum(p[l][1] - p[l][0] for p in pieces) for l in range(k)] + [0] * (g - k)
-    everything = gathered
-    if g > 1:
-        everything = torch.empty(sum(per_holder), dtype=inp.dtype)
-        run_all_gather(local, everything, gathered, sized_bounds(per_holder))
-    off = 0
-    for l in range(k):
-        for d, p in zip(m.domains, pieces):
-            a, b = p[l]
-            _place(out, everything[off:off + b - a], d, a, b, c)
-            off += b - a
-
-
-def _place(out: torch.Tensor, part: torch.Tensor, ranks: tuple[int, ...], a: int, b: int, c: int) -> None:
-    """Write ``part``, elements ``[a, b)`` of a block holding ``ranks``' inputs of ``c``
-    elements each in that order, where those inputs go in ``out``."""
-    for j, r in enumerate(ranks):
-        lo, hi = max(a, j * c), min(b, (j + 1) * c)
-        if lo < hi:
-            out[r * c + lo - j * c:r * c + hi - j * c].copy_(part[lo - a:hi - a])

@@ -52,8 +52,8 @@ class CommSettings:
       (pads); 0 = none.
     - ``trust_domains``: which ranks share a trust boundary (:mod:`ccddp.comm.domains`):
       ``"rank"`` (default: every link sealed), ``"node"`` or a list of rank lists. The
-      ccddp backend's all-reduce, broadcast and all-gather run hierarchically over
-      domains, plaintext only inside one.
+      ccddp backend's all-reduce and broadcast run hierarchically over domains,
+      plaintext only inside one.
     """
 
     impl: str = "secure"
