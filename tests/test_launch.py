@@ -75,9 +75,11 @@ def test_backend_names_are_rewritten_or_refused():
     assert secure_backend("gloo") == "ccddp"
     assert secure_backend("cpu:gloo") == "cpu:ccddp"
     assert secure_backend("ccddp") == "ccddp"
-    if not torch.cuda.is_available():  # torch would pick gloo for CPU tensors: ccddp serves them
-        assert secure_backend(None) == secure_backend("undefined") == "ccddp"
-    for name in ("nccl", "cpu:gloo,cuda:nccl", "mpi"):
+    # ccddp seals CUDA tensors too: NCCL, and torch's own pick, are served by it.
+    assert secure_backend(None) == secure_backend("undefined") == "ccddp"
+    assert secure_backend("nccl") == "ccddp"
+    assert secure_backend("cpu:gloo,cuda:nccl") == "cpu:ccddp,cuda:ccddp"
+    for name in ("mpi", "ucc", "cuda:mpi", "cpu:gloo,cuda:ucc"):
         with pytest.raises(ConfigError, match="cannot seal"):
             secure_backend(name)
 

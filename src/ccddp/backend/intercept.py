@@ -2,11 +2,11 @@
 the user's script, unmodified.
 
 Before the script runs, :func:`install` (1) registers the ``ccddp`` backend, (2) makes it
-the default CPU backend (``init_process_group()`` without a backend, device meshes), and
-(3) wraps ``torch.distributed.init_process_group`` so the backend the script names is
-served by ccddp: ``"gloo"`` becomes ``"ccddp"``, ``"cpu:gloo"`` becomes ``"cpu:ccddp"``.
-A backend ccddp cannot seal (NCCL for GPU tensors, MPI, UCC) stops the run with a
-ConfigError instead of running in plaintext. Groups made later (``new_group``, device
+the default CPU and CUDA backend (``init_process_group()`` without a backend, device
+meshes), and (3) wraps ``torch.distributed.init_process_group`` so the backend the script
+names is served by ccddp: ``"gloo"`` and ``"nccl"`` become ``"ccddp"``,
+``"cpu:gloo,cuda:nccl"`` becomes ``"cpu:ccddp,cuda:ccddp"``. A backend ccddp cannot seal
+(MPI, UCC) stops the run with a ConfigError instead of running in plaintext. Groups made later (``new_group``, device
 meshes) follow the same rule, as under any ccddp default group (``ccddp.backend.policy``).
 The group secret is taken out of the environment before the script runs, so nothing the
 script starts inherits it. Nothing else changes: the script is run as ``python SCRIPT
@@ -47,9 +47,10 @@ def _rewriting(fn):
 
 
 def install() -> None:
-    """Serve the process's CPU groups with ccddp (idempotent)."""
+    """Serve the process's CPU and CUDA groups with ccddp (idempotent)."""
     register()
     dist.Backend.default_device_backend_map["cpu"] = BACKEND_NAME
+    dist.Backend.default_device_backend_map["cuda"] = BACKEND_NAME
     fn = c10d.init_process_group
     if not getattr(fn, "__ccddp_intercepted__", False):
         c10d.init_process_group = dist.init_process_group = _rewriting(fn)

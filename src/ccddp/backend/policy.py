@@ -7,9 +7,10 @@ do) would otherwise get a plaintext gloo group without a word. So once a ccddp g
 exists, :func:`install` puts one check on the function every c10d group is built by
 (``new_group``, ``new_subgroups``, device meshes): while the default group is ccddp,
 
-- ``"gloo"`` (or ``"cpu:gloo"``, or no backend) is served by ccddp, with the group's
-  timeout; options meant for gloo are dropped (ccddp has its own, from ``CCDDP_SETTINGS``);
-- a backend ccddp cannot seal (NCCL for GPU tensors, MPI, UCC) is refused with a
+- ``"gloo"`` and ``"nccl"`` (in any device form, or no backend) are served by ccddp,
+  which seals CPU and CUDA tensors, with the group's timeout; options meant for them are
+  dropped (ccddp has its own, from ``CCDDP_SETTINGS``);
+- a backend ccddp cannot stand in for (MPI, UCC, a third-party plug-in) is refused with a
   :class:`ConfigError` naming it, instead of running in plaintext.
 
 A process whose default group is not ccddp is left as it is. ``ccddp launch`` rewrites the
@@ -35,26 +36,28 @@ from ccddp.backend.registration import BACKEND_NAME, Options
 from ccddp.errors import ConfigError
 
 
+# The backends ccddp stands in for: its ops cover theirs, for CPU and CUDA tensors.
+_SERVED = ("gloo", "nccl")
+
+
 def secure_backend(backend: str | None) -> str:
-    """The backend string to use instead of ``backend``: gloo (or none) becomes ccddp,
-    ccddp stays; anything else raises :class:`ConfigError`.
+    """The backend string to use instead of ``backend``: gloo, NCCL (or none) become
+    ccddp, ccddp stays; anything else raises :class:`ConfigError`.
 
     Example::
 
-        secure_backend("cpu:gloo")     # "cpu:ccddp"
+        secure_backend("cpu:gloo,cuda:nccl")     # "cpu:ccddp,cuda:ccddp"
     """
     if backend is None or str(backend).lower() == "undefined":
-        if torch.cuda.is_available():
-            raise ConfigError("this script lets torch pick NCCL for GPU tensors; ccddp seals CPU tensors only")
         return BACKEND_NAME
     parts = []
     for part in str(backend).lower().split(","):
         device, _, name = part.rpartition(":")
-        if name == "gloo":
+        if name in _SERVED:
             name = BACKEND_NAME
         if name != BACKEND_NAME:
             raise ConfigError(f"ccddp cannot seal the {name} backend, and this process's groups must be sealed "
-                              "(ccddp serves CPU process groups, in place of gloo)")
+                              "(ccddp serves CPU and CUDA process groups, in place of gloo and NCCL)")
         parts.append(f"{device}:{name}" if device else name)
     return ",".join(parts)
 

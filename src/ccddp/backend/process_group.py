@@ -35,6 +35,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ccddp.backend.placement import DeviceOrder, Placement, choose, rates_from_profile, stage_in, stage_out
 from ccddp.backend.queue import OpQueue
 from ccddp.backend.registration import BACKEND_NAME, Options, settings_from_env
 from ccddp.backend.work import CollectiveWork, PeerWork
@@ -48,6 +49,7 @@ from ccddp.comm.domains import resolve
 from ccddp.comm.hierarchy import hierarchical_all_reduce, hierarchical_broadcast
 from ccddp.comm.transport import Transport
 from ccddp.crypto.counters import CryptoCounters
+from ccddp.crypto.device import triton_available
 from ccddp.errors import ConfigError
 
 _eager = torch.compiler.disable
@@ -77,10 +79,33 @@ def _reduction(opts, dtype: torch.dtype, what: str) -> Reduction:
 
 def _check(t: torch.Tensor, what: str) -> torch.Tensor:
     if t.layout != torch.strided:
-        raise ConfigError(f"{what}: {t.layout} tensors are not supported by the ccddp backend (dense CPU tensors only)")
-    if not t.is_cpu:
-        raise ConfigError(f"{what}: the ccddp backend seals CPU tensors, got one on {t.device}")
+        raise ConfigError(f"{what}: {t.layout} tensors are not supported by the ccddp backend (dense tensors only)")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{what}: the ccddp backend seals CPU and CUDA tensors, got one on {t.device}")
     return t
+
+
+def _device_of(tensors) -> torch.device | None:
+    """The CUDA device an op's tensors are on (None: host memory only)."""
+    devices = {t.device for t in tensors if t.device.type == "cuda"}
+    if len(devices) > 1:
+        raise ConfigError(f"the ccddp backend takes the tensors of one op on one device, got {sorted(map(str, devices))}")
+    return devices.pop() if devices else None
+
+
+def _devices(t: torch.Tensor) -> list[torch.device] | None:
+    """What a work's future must be made for (c10d's CUDA-aware futures), if anything."""
+    return [t.device] if t.device.type == "cuda" else None
+
+
+def _flatten(tensors) -> list[torch.Tensor]:
+    out = []
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            out.append(t)
+        else:
+            out.extend(_flatten(t))
+    return out
 
 
 def _one(tensors: list[torch.Tensor], what: str) -> torch.Tensor:
@@ -152,6 +177,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
         self.settings = settings
         self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}")
+        self._order = DeviceOrder()
+        self._placements: dict[torch.device, Placement] = {}
         self._group_name = group_id
         self._group_desc = ""
 
@@ -175,8 +202,42 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         return f"ProcessGroupCCDDP(rank={self.rank()}, size={self.size()}, name={self._group_name!r})"
 
     # -- queueing --------------------------------------------------------------------
-    def _submit(self, op: str, job: Callable[[], None], result) -> CollectiveWork:
-        return CollectiveWork(self.queue, self.queue.submit(job, result, op), op)
+    def _submit(self, op: str, job: Callable[[], None], result, inputs=()) -> CollectiveWork:
+        device = _device_of(_flatten(result) + _flatten(inputs))
+        devices = None
+        if device is not None:
+            # After the op's staging copies were queued (the op methods make them first).
+            job = self._order.after_caller(job, device)
+            devices = [device]
+        return CollectiveWork(self.queue, self.queue.submit(job, result, op, devices=devices), op)
+
+    # -- device tensors ----------------------------------------------------------------
+    def placement(self, device: torch.device) -> Placement:
+        """Where ops on ``device`` are sealed (``ccddp.backend.placement``); decided once
+        per device."""
+        got = self._placements.get(device)
+        if got is None:
+            got = self._placements[device] = choose(self.settings.placement, device, triton=triton_available(),
+                                                    rates=rates_from_profile())
+        return got
+
+    def _on_device(self, t: torch.Tensor, sealed_there: bool) -> bool:
+        return t.device.type == "cuda" and sealed_there and self.placement(t.device) is Placement.DEVICE
+
+    def _working(self, t: torch.Tensor, sealed_there: bool = True) -> tuple[torch.Tensor, Callable[[], None]]:
+        """The contiguous buffer an op works in for ``t`` and what writes it back into
+        ``t`` afterwards: ``t``'s own memory where possible, else a contiguous copy on its
+        device, or a host copy when the op is staged (``sealed_there``: whether this op
+        can run on the device at all)."""
+        if t.device.type == "cuda" and not self._on_device(t, sealed_there):
+            return stage_out(t)
+        return _staged(t)
+
+    def _input(self, t: torch.Tensor, sealed_there: bool = True) -> torch.Tensor:
+        """A contiguous read-only input where the op runs (see :meth:`_working`)."""
+        if t.device.type == "cuda" and not self._on_device(t, sealed_there):
+            return stage_in(t)
+        return t.contiguous()
 
     @property
     def calls(self) -> dict[str, int]:
@@ -208,7 +269,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         t = _one(tensors, "all_reduce")
         red = _reduction(opts, t.dtype, "all_reduce")
-        buf, back = _staged(t)
+        buf, back = self._working(t)
 
         def job() -> None:
             self._all_reduce(buf.view(-1), red)
@@ -221,16 +282,19 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         red = Reduction.SUM  # (no tensors: nothing to reduce)
         for t in tensors:
             red = _reduction(opts, _check(t, "all_reduce_coalesced").dtype, "all_reduce_coalesced")
+        staged = [self._working(t) for t in tensors]
 
         def job() -> None:
-            by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-            for t in tensors:
-                by_dtype.setdefault(t.dtype, []).append(t)
-            for same in by_dtype.values():
-                flat = torch.cat([t.reshape(-1) for t in same])
+            alike: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+            for buf, _ in staged:
+                alike.setdefault((buf.dtype, buf.device), []).append(buf)
+            for same in alike.values():
+                flat = torch.cat([b.reshape(-1) for b in same])
                 self._all_reduce(flat, red)
-                for t, part in zip(same, flat.split([t.numel() for t in same])):
-                    t.copy_(part.view(t.shape))
+                for b, part in zip(same, flat.split([b.numel() for b in same])):
+                    b.copy_(part.view(b.shape))
+            for _, back in staged:
+                back()
 
         return self._submit("all_reduce_coalesced", job, tensors)
 
@@ -240,13 +304,14 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         red = _reduction(opts, t.dtype, "reduce")
         root = opts.rootRank if opts is not None else 0
         is_root = root == self.rank()
+        buf, back = self._working(t)
 
         def job() -> None:
             # Every rank takes part in a sealed all-reduce; only the root keeps the result.
-            buf = t.contiguous() if is_root else t.clone(memory_format=torch.contiguous_format)
-            self._all_reduce(buf.view(-1), red)
-            if is_root and buf is not t:
-                t.copy_(buf)
+            work = buf if is_root else buf.clone()
+            self._all_reduce(work.view(-1), red)
+            if is_root:
+                back()
 
         return self._submit("reduce", job, tensors)
 
@@ -255,10 +320,9 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         t = _one(tensors, "broadcast")
         root = opts.rootRank if opts is not None else 0
-        buf, back = _staged(t)
-
         if not 0 <= root < self.size():
             raise ConfigError(f"broadcast: root {root} is not a rank of a group of {self.size()}")
+        buf, back = self._working(t)
 
         def job() -> None:
             if self.domain_links is not None:
@@ -282,12 +346,17 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
             raise ConfigError(f"{what}: this rank's output has {sizes[self.rank()]} elements, "
                               f"its input {inp.numel()}")
 
+        # The list form runs on host memory (a device tensor's op is staged).
+        src = self._input(inp, sealed_there=False)
+        staged = [self._working(o, sealed_there=False) for o in outs]
+
         def job() -> None:
             flat = torch.empty(sum(sizes), dtype=dtype)
             uneven = len(set(sizes)) > 1
-            all_gather(flat, inp.contiguous(), self.secure_group, sizes=sizes if uneven else None)
-            for o, part in zip(outs, flat.split(sizes)):
-                o.copy_(part.view(o.shape))
+            all_gather(flat, src, self.secure_group, sizes=sizes if uneven else None)
+            for (buf, back), part in zip(staged, flat.split(sizes)):
+                buf.copy_(part.view(buf.shape))
+                back()
 
         return job
 
@@ -296,23 +365,25 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         inp = _one(input_tensors, "all_gather")
         if len(output_tensors) != 1:
             raise ConfigError("all_gather: the ccddp backend takes one output list per call")
-        return self._submit("all_gather", self._gather_job(output_tensors[0], inp, "all_gather"), output_tensors)
+        return self._submit("all_gather", self._gather_job(output_tensors[0], inp, "all_gather"), output_tensors,
+                            input_tensors)
 
     @_eager
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         jobs = [self._gather_job([per_rank[i] for per_rank in output_lists], _check(x, "all_gather_coalesced"),
                                  "all_gather_coalesced") for i, x in enumerate(input_list)]
-        return self._submit("all_gather_coalesced", lambda: [j() for j in jobs], output_lists)
+        return self._submit("all_gather_coalesced", lambda: [j() for j in jobs], output_lists, input_list)
 
     def _gather_flat_job(self, output: torch.Tensor, input: torch.Tensor, what: str) -> Callable[[], None]:
         _check(output, what), _check(input, what)
         if output.numel() != self.size() * input.numel() or output.dtype != input.dtype:
             raise ConfigError(f"{what}: output must hold world_size x input elements of the input's dtype "
                               f"({output.numel()} {output.dtype} vs {self.size()} x {input.numel()} {input.dtype})")
-        buf, back = _staged(output)
+        buf, back = self._working(output)
+        src = self._input(input)
 
         def job() -> None:
-            run_all_gather(self.secure_group, buf.view(-1), input.contiguous().view(-1))
+            run_all_gather(self.secure_group, buf.view(-1), src.view(-1))
             back()
 
         return job
@@ -320,14 +391,14 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     @_eager
     def _allgather_base(self, output, input, opts=None):
         return self._submit("all_gather_into_tensor", self._gather_flat_job(output, input, "all_gather_into_tensor"),
-                            [output])
+                            [output], [input])
 
     all_gather_single = _allgather_base
 
     @_eager
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         jobs = [self._gather_flat_job(o, i, "all_gather_into_tensor_coalesced") for o, i in zip(outputs, inputs)]
-        return self._submit("all_gather_into_tensor_coalesced", lambda: [j() for j in jobs], outputs)
+        return self._submit("all_gather_into_tensor_coalesced", lambda: [j() for j in jobs], outputs, inputs)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -341,14 +412,16 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         ins = [_check(x, "reduce_scatter") for x in input_lists[0]]
         _same_dtype(ins + [out], "reduce_scatter")
         sizes = [x.numel() for x in ins]
-        buf, back = _staged(out)
+        # The list form runs on host memory (a device tensor's op is staged).
+        buf, back = self._working(out, sealed_there=False)
+        srcs = [self._input(x, sealed_there=False) for x in ins]
 
         def job() -> None:
-            flat = torch.cat([x.reshape(-1) for x in ins])
+            flat = torch.cat([x.reshape(-1) for x in srcs])
             reduce_scatter(buf, flat, self.secure_group, red, sizes=sizes if len(set(sizes)) > 1 else None)
             back()
 
-        return self._submit("reduce_scatter", job, output_tensors)
+        return self._submit("reduce_scatter", job, output_tensors, input_lists)
 
     def _scatter_flat_job(self, output: torch.Tensor, input: torch.Tensor, opts, what: str) -> Callable[[], None]:
         _check(output, what), _check(input, what)
@@ -356,10 +429,11 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         if input.numel() != self.size() * output.numel() or output.dtype != input.dtype:
             raise ConfigError(f"{what}: input must hold world_size x output elements of the output's dtype "
                               f"({input.numel()} {input.dtype} vs {self.size()} x {output.numel()} {output.dtype})")
-        buf, back = _staged(output)
+        buf, back = self._working(output)
+        src = self._input(input)
 
         def job() -> None:
-            run_reduce_scatter(self.secure_group, buf.view(-1), input.contiguous().view(-1), red)
+            run_reduce_scatter(self.secure_group, buf.view(-1), src.view(-1), red)
             back()
 
         return job
@@ -367,14 +441,14 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     @_eager
     def _reduce_scatter_base(self, output, input, opts=None):
         return self._submit("reduce_scatter_tensor",
-                            self._scatter_flat_job(output, input, opts, "reduce_scatter_tensor"), [output])
+                            self._scatter_flat_job(output, input, opts, "reduce_scatter_tensor"), [output], [input])
 
     reduce_scatter_single = _reduce_scatter_base
 
     @_eager
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         jobs = [self._scatter_flat_job(o, i, opts, "reduce_scatter_tensor_coalesced") for o, i in zip(outputs, inputs)]
-        return self._submit("reduce_scatter_tensor_coalesced", lambda: [j() for j in jobs], outputs)
+        return self._submit("reduce_scatter_tensor_coalesced", lambda: [j() for j in jobs], outputs, inputs)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -383,29 +457,29 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         _check(output, "all_to_all_single"), _check(input, "all_to_all_single")
         n = self.size()
-        obuf, back = _staged(output)
+        obuf, back = self._working(output, sealed_there=False)
         outs = _splits(obuf, list(output_split_sizes), n, "all_to_all_single output")
-        ins = _splits(input.contiguous(), list(input_split_sizes), n, "all_to_all_single input")
+        ins = _splits(self._input(input, sealed_there=False), list(input_split_sizes), n, "all_to_all_single input")
 
         def job() -> None:
             all_to_all(outs, ins, self.secure_group)
             back()
 
-        return self._submit("all_to_all_single", job, [output])
+        return self._submit("all_to_all_single", job, [output], [input])
 
     all_to_all_single = alltoall_base
 
     @_eager
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        staged = [_staged(_check(o, "all_to_all")) for o in output_tensors]
-        ins = [_check(x, "all_to_all").contiguous() for x in input_tensors]
+        staged = [self._working(_check(o, "all_to_all"), sealed_there=False) for o in output_tensors]
+        ins = [self._input(_check(x, "all_to_all"), sealed_there=False) for x in input_tensors]
 
         def job() -> None:
             all_to_all([b for b, _ in staged], ins, self.secure_group)
             for _, back in staged:
                 back()
 
-        return self._submit("all_to_all", job, output_tensors)
+        return self._submit("all_to_all", job, output_tensors, input_tensors)
 
     @_eager
     def gather(self, output_lists, input_tensors, opts=None):
@@ -414,16 +488,17 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         if self.rank() == root:
             if len(output_lists) != 1:
                 raise ConfigError("gather: the destination rank needs one output list")
-            staged = [_staged(_check(o, "gather")) for o in output_lists[0]]
+            staged = [self._working(_check(o, "gather"), sealed_there=False) for o in output_lists[0]]
         else:
             staged = None
+        src = self._input(inp, sealed_there=False)
 
         def job() -> None:
-            gather([b for b, _ in staged] if staged is not None else None, inp.contiguous(), root, self.secure_group)
+            gather([b for b, _ in staged] if staged is not None else None, src, root, self.secure_group)
             for _, back in staged or []:
                 back()
 
-        return self._submit("gather", job, output_lists)
+        return self._submit("gather", job, output_lists, input_tensors)
 
     @_eager
     def scatter(self, output_tensors, input_lists, opts=None):
@@ -433,14 +508,14 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         if self.rank() == root:
             if len(input_lists) != 1:
                 raise ConfigError("scatter: the source rank needs one input list")
-            ins = [_check(x, "scatter").contiguous() for x in input_lists[0]]
-        buf, back = _staged(out)
+            ins = [self._input(_check(x, "scatter"), sealed_there=False) for x in input_lists[0]]
+        buf, back = self._working(out, sealed_there=False)
 
         def job() -> None:
             scatter(buf, ins, root, self.secure_group)
             back()
 
-        return self._submit("scatter", job, output_tensors)
+        return self._submit("scatter", job, output_tensors, input_lists)
 
     # -- barriers --------------------------------------------------------------------------
     @_eager
@@ -457,20 +532,30 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         return work
 
     # -- point to point ----------------------------------------------------------------------
+    # A device tensor's message is staged: sealed from (opened into) host memory.
     @_eager
     def send(self, tensors, dst_rank, tag=0):
         t = _one(tensors, "send")
-        return PeerWork(self.peer_links.isend(t, dst_rank, tag), tensors, "send")
+        # .cpu(): a copy that waits for the caller's stream to have written t.
+        host = t.cpu() if t.device.type == "cuda" else t
+        return PeerWork(self.peer_links.isend(host.contiguous(), dst_rank, tag), tensors, "send",
+                        devices=_devices(t))
+
+    def _recv(self, tensors, src_rank: int | None, tag: int) -> PeerWork:
+        t = _one(tensors, "recv")
+        if t.device.type != "cuda":
+            return PeerWork(self.peer_links.irecv(t, src_rank, tag), tensors, "recv")
+        host = torch.empty(t.shape, dtype=t.dtype)
+        pending = self.peer_links.irecv(host, src_rank, tag)
+        return PeerWork(pending, tensors, "recv", devices=_devices(t), then=lambda: t.copy_(host))
 
     @_eager
     def recv(self, tensors, src_rank, tag=0):
-        t = _one(tensors, "recv")
-        return PeerWork(self.peer_links.irecv(t, src_rank, tag), tensors, "recv")
+        return self._recv(tensors, src_rank, tag)
 
     @_eager
     def recv_anysource(self, tensors, tag=0):
-        t = _one(tensors, "recv")
-        return PeerWork(self.peer_links.irecv(t, None, tag), tensors, "recv")
+        return self._recv(tensors, None, tag)
 
     # -- life -----------------------------------------------------------------------------------
     def shutdown(self) -> None:

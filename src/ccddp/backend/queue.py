@@ -59,8 +59,10 @@ class Ticket:
     """One submitted op: what it is, its job, its state, and (made only when a thread must
     block on it) a latch released once the op has run."""
 
-    def __init__(self, job: Callable[[], None], result, op: str) -> None:
+    def __init__(self, job: Callable[[], None], result, op: str, devices: list | None = None) -> None:
         self.job = job
+        # The CUDA devices of the result's tensors: its future is made for them.
+        self.devices = devices
         self.result = result
         self.op = op
         self.state = TicketState.QUEUED
@@ -99,10 +101,11 @@ class OpQueue:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, job: Callable[[], None], result, op: str = "op") -> Ticket:
+    def submit(self, job: Callable[[], None], result, op: str = "op", devices: list | None = None) -> Ticket:
         """Queue ``job`` to run after every op submitted before it; ``result`` is what the
-        ticket's future then holds, ``op`` what it is called in diagnostics."""
-        ticket = Ticket(job, result, op)
+        ticket's future then holds (``devices``: the CUDA devices of its tensors), ``op``
+        what it is called in diagnostics."""
+        ticket = Ticket(job, result, op, devices)
         with self._cond:
             # An op still queued in front of this one was not waited for: start it.
             if self._pending:
@@ -153,7 +156,7 @@ class OpQueue:
         with self._cond:
             if ticket.future is not None:
                 return ticket.future
-            ticket.future = torch.futures.Future()
+            ticket.future = torch.futures.Future(devices=ticket.devices)
             if ticket.state is TicketState.QUEUED:
                 self._cond.notify()
             if ticket.state is not TicketState.DONE:

@@ -8,7 +8,7 @@ name and a creator: nothing heavy is imported until a group is created.
 Example::
 
     import ccddp, torch.distributed as dist
-    dist.init_process_group("ccddp")          # or "cpu:ccddp"; launched by torchrun
+    dist.init_process_group("ccddp")          # or "cpu:ccddp,cuda:ccddp"; launched by torchrun
     sub = dist.new_group([0, 1], backend="ccddp")
 """
 
@@ -82,7 +82,9 @@ def register() -> None:
 
     if BACKEND_NAME in dist.Backend.backend_list:
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+    # One process group serves both devices (see docs/design.md, "CUDA tensors"): one op
+    # order, one session and one set of links per group, whatever the tensors' device.
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
 def autoload() -> None:

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -75,9 +76,14 @@ class PeerWork(dist.Work):
     """A sealed send or receive; gloo's completion is consumed once, by whichever of
     :meth:`wait` or the future's helper thread gets there first."""
 
-    def __init__(self, pending, result: list[torch.Tensor], op: str) -> None:
+    def __init__(self, pending, result: list[torch.Tensor], op: str, *,
+                 devices: list[torch.device] | None = None, then: Callable[[], object] | None = None) -> None:
         super().__init__()
         self._pending = pending
+        # ``then``: what completes the result once the message is verified (a received
+        # device tensor's copy from host memory); ``devices``: its future's devices.
+        self._then = then
+        self._devices = devices
         self._result = result
         self.op = op
         self._lock = threading.Lock()
@@ -94,6 +100,8 @@ class PeerWork(dist.Work):
                     got = self._pending.wait(timedelta(seconds=limit) if limit is not None else None)
                     if got is not None:
                         self._source = got
+                    if self._then is not None:
+                        self._then()
                 except BaseException as e:
                     self._error = e
                 self._finished = True
@@ -107,7 +115,7 @@ class PeerWork(dist.Work):
     def get_future(self) -> torch.futures.Future:
         with self._lock:
             if self._future is None:
-                self._future = torch.futures.Future()
+                self._future = torch.futures.Future(devices=self._devices)
                 threading.Thread(target=self._complete_future, name=f"ccddp-{self.op}", daemon=True).start()
             return self._future
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 
+import torch
 import torch.distributed as dist
 
 from ccddp.comm.domains import DomainMap
@@ -93,7 +94,9 @@ class SecureGroup:
         self._tx: dict[int, LinkChannel] = {}
         self._rx: dict[int, LinkChannel] = {}
         self._group_rx: dict[int, LinkChannel] = {}
-        self.arena = FrameArena("cpu")
+        # Frame memory per device: a collective's frames live where its tensor does.
+        self._arenas: dict[torch.device, FrameArena] = {}
+        self.arena = self.arena_for(torch.device("cpu"))
         # What every collective's descriptor carries of the settings; computed once.
         self.settings_digest = bytes.fromhex(digest(self.settings.fingerprint().encode()))[:16]
         # Keys the gloo tags of collectives' data (collectives.data_tag): the tag is seen
@@ -145,6 +148,13 @@ class SecureGroup:
                 counters=self.counters, recorder=self.recorder, **self.settings.channel_options())
         return self._group_rx[owner]
 
+    def arena_for(self, device: torch.device) -> FrameArena:
+        """The frame arena on ``device`` (made on first use)."""
+        arena = self._arenas.get(device)
+        if arena is None:
+            arena = self._arenas[device] = FrameArena(device)
+        return arena
+
     def next_seq(self) -> int:
         self.seq += 1
         return self.seq
@@ -157,4 +167,5 @@ class SecureGroup:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
-        self.arena.clear()
+        for arena in self._arenas.values():
+            arena.clear()

@@ -86,6 +86,12 @@ class _Pipeline:
         self.group_key = group_key and secure
         self.isz = flat.element_size()
         self.u8 = flat.view(torch.uint8)
+        # Frames live where the tensor does (device memory for a device tensor).
+        self.arena = g.arena_for(flat.device)
+        # Device frames are sealed by kernels launched in order on the calling thread's
+        # stream (the launch is the host's whole share of the work); host frames go to
+        # the crypto threads.
+        self.pool = g.engine if flat.device.type == "cpu" else None
         self.dtype = dtype_name(flat)
         seg_elems = max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // self.isz)
         self.sends, self.recvs = step_frames(steps, seg_elems, self.isz)
@@ -130,7 +136,7 @@ class _Pipeline:
         # Plaintext copies land in place; everything else in the arena's receive buffer.
         in_place = [not self.secure and st.action == "copy" for st in self.steps]
         mine = [f for s, frames in enumerate(self.recvs) for f in _pick(frames, js)]
-        arena = iter(self.g.arena.layout("rx", [f.nbytes + tag for f in mine if not in_place[f.step]]))
+        arena = iter(self.arena.layout("rx", [f.nbytes + tag for f in mine if not in_place[f.step]]))
         self.rx_frames.clear()
         self.rx_work.clear()
         for f in mine:
@@ -143,7 +149,7 @@ class _Pipeline:
                       for f in _pick(self.sends[s], js)]
             self.slot_bytes = max(sealed, default=0) + TAG_BYTES
             nslots = max(1, min(SEND_SLOTS, len(sealed)))
-            self.slot_memory = self.g.arena.take("tx", nslots * self.slot_bytes)
+            self.slot_memory = self.arena.take("tx", nslots * self.slot_bytes)
             self.slots = [SendSlot() for _ in range(nslots)]
             self._next_slot = 0
 
@@ -164,11 +170,11 @@ class _Pipeline:
         if j == 0:
             self.g.counters.add_message(sealed=False)
         if st.action == "copy":
-            return ch.open_job(frame.numpy(), f.plain(self.u8).numpy(), aad, collective=self.where, step=s, segment=j)
+            return ch.open_job(frame, f.plain(self.u8), aad, collective=self.where, step=s, segment=j)
         # Open in place (OpenSSL's GCM allows out == in): the frame's first bytes become
         # the plaintext, saving a scratch buffer and a pass over memory.
         plain = frame[:f.nbytes]
-        opened = ch.open_job(frame.numpy(), plain.numpy(), aad, collective=self.where, step=s, segment=j)
+        opened = ch.open_job(frame, plain, aad, collective=self.where, step=s, segment=j)
         as_dtype = plain.view(self.flat.dtype)
 
         def open_and_reduce() -> None:
@@ -194,7 +200,7 @@ class _Pipeline:
             ch, aad = self.g.tx(f.peer), self._ctx(f, self.g.rank, f.peer)
         if j == 0:
             self.g.counters.add_message(sealed=True)
-        return frame, ch.seal_job(plain.numpy(), frame.numpy(), aad), k
+        return frame, ch.seal_job(plain, frame, aad), k
 
     def _take_slot(self) -> int:
         """The next send slot, once the last frame sealed into it has been sent."""
@@ -275,8 +281,8 @@ class _Pipeline:
                     if job is not None:
                         jobs.append(job)
                 fut = None
-                if jobs and self.g.engine is not None:
-                    fut = self.g.engine.submit(_run_all, jobs)
+                if jobs and self.pool is not None:
+                    fut = self.pool.submit(_run_all, jobs)
                 else:
                     _run_all(jobs)
                 self.pending.append((fut, s, frame, k))
@@ -292,7 +298,7 @@ class _Pipeline:
 def run_pipelined(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
                   secure: bool, seg_bytes: int | None, group_key: bool = False, tag: int,
                   gate: Callable[[], None], reduction: Reduction = Reduction.SUM) -> None:
-    """Run ``steps`` on the 1-D contiguous CPU tensor ``flat`` in place, its messages on
+    """Run ``steps`` on the 1-D contiguous tensor ``flat`` (host or device memory) in place, its messages on
     gloo tag ``tag``; ``gate`` runs before the first wait on a peer (it acts once);
     ``reduction`` combines a received segment with the local one in reduce steps."""
     _Pipeline(g, flat, steps, op, seq, secure=secure, seg_bytes=seg_bytes, group_key=group_key,

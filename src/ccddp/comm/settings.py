@@ -21,6 +21,7 @@ IMPLS = ("gloo", "ring", "secure-naive", "secure")
 ALGORITHMS = ("ring", "tree")
 TAGS = ("segment", "message")
 ALLGATHER_MODES = ("per-link", "group-key")
+PLACEMENTS = ("auto", "device", "staged")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class CommSettings:
       interpreter, for checks). Frames are the same either way.
     - ``pad_budget_bytes``: keystream each link may keep generated ahead on the device
       (pads); 0 = none.
+    - ``placement``: where a device (CUDA) tensor's frames are sealed: ``device`` (in
+      device memory, by the Triton engine), ``staged`` (copied to pinned host memory and
+      sealed by OpenSSL, as a CPU TEE relaying for a GPU would) or ``auto`` (from the
+      measured rates of a calibrated profile, else the device engine when Triton is
+      installed). Frames are the same either way; CPU tensors are not affected.
     - ``trust_domains``: which ranks share a trust boundary (:mod:`ccddp.comm.domains`):
       ``"rank"`` (default: every link sealed), ``"node"`` or a list of rank lists. The
       ccddp backend's all-reduce and broadcast run hierarchically over domains,
@@ -69,6 +75,7 @@ class CommSettings:
     check_descriptors: bool = True
     aead_engine: str = AeadEngine.AUTO.value
     pad_budget_bytes: int = 0
+    placement: str = "auto"
     trust_domains: object = "rank"
 
     def __post_init__(self) -> None:
@@ -93,6 +100,8 @@ class CommSettings:
         engines = tuple(e.value for e in AeadEngine)
         if self.aead_engine not in engines:
             raise ConfigError(f"aead_engine must be one of {', '.join(engines)}, got {self.aead_engine!r}")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if self.pad_budget_bytes < 0:
             raise ConfigError(f"pad_budget_bytes must be >= 0, got {self.pad_budget_bytes}")
 
@@ -119,11 +128,12 @@ class CommSettings:
                 "pad_budget": self.pad_budget_bytes}
 
     def fingerprint(self) -> str:
-        """Everything two ranks must agree on (timeouts, local thread counts and the local
-        crypto engine, whose frames are the same, may differ; the trust-domain map is
-        compared as resolved, not as asked for)."""
+        """Everything two ranks must agree on (timeouts, local thread counts, the local
+        crypto engine and the placement of device tensors, whose frames are the same
+        either way, may differ; the trust-domain map is compared as resolved, not as asked
+        for)."""
         d = self.as_dict()
         # trust_domains: the resolved map is agreed on by itself (SecureGroup's "trust domains").
-        for local in ("timeout_s", "chains", "aead_engine", "pad_budget_bytes", "trust_domains"):
+        for local in ("timeout_s", "chains", "aead_engine", "pad_budget_bytes", "placement", "trust_domains"):
             d.pop(local)
         return json.dumps(d, sort_keys=True)

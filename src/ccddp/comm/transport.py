@@ -9,6 +9,14 @@ completion is polled with ``is_completed`` and awaited with a timeout.
 One wire path: a process group's own ``send``/``recv``/``allgather`` in group ranks, which
 a registered torch.distributed group and a bare gloo backend that nothing else knows of
 (the ``ccddp`` backend's internal links) both have.
+
+Frames in device memory (a device tensor's sealed segments) cross through host memory:
+gloo moves host bytes only, and by then they are ciphertext. A send copies its frame to a
+host buffer (pinned when the frame is on a GPU) and posts that; a receive lands in a host
+buffer and is copied to its device frame when its wait returns, on the waiting thread's
+current stream, so the open that follows on that stream sees it. This is the transport
+that serves any number of ranks per GPU (NCCL refuses two ranks on one device) and GPUs
+without peer access.
 """
 
 from __future__ import annotations
@@ -52,6 +60,9 @@ class Transport:
         self.downward = downward
         self.rank = pg.rank()
         self.timeout = timedelta(seconds=timeout_s)
+        # Frames on these device types go on the wire as they are; others cross through
+        # a host buffer (tests empty it to run the staging on CPU frames).
+        self.host_device_types = frozenset({"cpu"})
 
     def _link(self, src: int, dst: int) -> dist.ProcessGroup:
         # gloo serializes a connection's reads and writes on one lock, so a rank that
@@ -60,17 +71,29 @@ class Transport:
         # of a link has a connection of its own.
         return self.downward if self.downward is not None and src > dst else self.pg
 
+    def _staged(self, frame: torch.Tensor) -> bool:
+        return frame.device.type not in self.host_device_types
+
     def isend(self, frame: torch.Tensor, dst: int, tag: int = 0):
+        if self._staged(frame):
+            # The copy waits for the kernels that wrote the frame (same stream) and for
+            # the bytes to land: gloo reads the host buffer from its own threads.
+            host = _host_buffer(frame)
+            host.copy_(frame)
+            frame = host
         try:
             return self.post_send(self._link(self.rank, dst), frame, dst, tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot send to rank {dst}") from None
 
     def irecv(self, frame: torch.Tensor, src: int, tag: int = 0):
+        staged = self._staged(frame)
+        landing = _host_buffer(frame) if staged else frame
         try:
-            return self.post_recv(self._link(src, self.rank), frame, src, tag)
+            work = self.post_recv(self._link(src, self.rank), landing, src, tag)
         except RuntimeError as e:
             raise self.peer_failed(e, f"cannot receive from rank {src}") from None
+        return _CopiedToDevice(work, landing, frame) if staged else work
 
     def post_send(self, pg: dist.ProcessGroup, frame: torch.Tensor, dst: int, tag: int):
         """gloo's send of ``frame`` to group rank ``dst`` on ``pg`` (raises RuntimeError)."""
@@ -99,6 +122,31 @@ class Transport:
             raise PeerTimeoutError(
                 f"rank {self.rank}: waiting for rank {peer} ({label}): no answer within "
                 f"{self.timeout.total_seconds():g}s, or the peer failed ({gloo_reason(e)})", label=label) from None
+
+
+def _host_buffer(frame: torch.Tensor) -> torch.Tensor:
+    """Host memory for ``frame``'s bytes: pinned for a CUDA frame (asynchronous copies, and
+    torch's pinned-memory cache keeps it from being reused before a copy has read it)."""
+    return torch.empty(frame.numel(), dtype=frame.dtype, pin_memory=frame.device.type == "cuda")
+
+
+class _CopiedToDevice:
+    """A receive that lands in host memory; waiting for it also copies the bytes to the
+    device frame (once: a gloo completion is consumed by the wait that sees it)."""
+
+    def __init__(self, work, host: torch.Tensor, frame: torch.Tensor) -> None:
+        self.work, self.host, self.frame = work, host, frame
+
+    def is_completed(self) -> bool:
+        return self.work.is_completed()
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if timeout is None:
+            self.work.wait()
+        else:
+            self.work.wait(timeout)
+        self.frame.copy_(self.host, non_blocking=True)
+        return True
 
 
 # A control message is small; a larger announced size is refused before allocating.

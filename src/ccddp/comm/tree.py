@@ -76,7 +76,8 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
         return FrameContext(g.session_id, seq, op, phase, 0, j, src, dst, per_frame[j], dtype).pack()
 
     def frames(name: str, count: int) -> list[dict[int, torch.Tensor]]:
-        views = iter(g.arena.layout(name, [per_frame[j] + tag_bytes for _ in range(count) for j in js]))
+        sizes = [per_frame[j] + tag_bytes for _ in range(count) for j in js]
+        views = iter(g.arena_for(flat.device).layout(name, sizes))
         return [{j: next(views) for j in js} for _ in range(count)]
 
     up_rx = frames("tree-up-rx", len(children))
@@ -85,14 +86,14 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
     down_work = {j: tr.irecv(f, parent, tag) for j, f in down_rx[0].items()} if parent is not None else {}
     tx = frames("tree-tx", 1 + len(children)) if secure else None
     sends = []
-    plain = g.arena.take("plain", max(per_frame.values())) if secure else None
+    plain = g.arena_for(flat.device).take("plain", max(per_frame.values())) if secure else None
 
     def seal_and_send(j: int, dst: int, slot: int, phase: Phase) -> None:
         a, b = segs[j]
         region = u8[a * isz:b * isz]
         if secure:
             frame = tx[slot][j]
-            g.tx(dst).seal(region.numpy(), frame.numpy(), ctx(phase, j, g.rank, dst))
+            g.tx(dst).seal(region, frame, ctx(phase, j, g.rank, dst))
         else:
             frame = region
         sends.append((tr.isend(frame, dst, tag), dst))
@@ -108,7 +109,7 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
             frame = up_rx[i][j]
             if secure:
                 out = plain[:per_frame[j]]
-                g.rx(c).open(frame.numpy(), out.numpy(), ctx(Phase.TREE_UP, j, c, g.rank), collective=where, step=0,
+                g.rx(c).open(frame, out, ctx(Phase.TREE_UP, j, c, g.rank), collective=where, step=0,
                              segment=j)
                 frame = out
             reduction.combine(flat[a:b], frame.view(flat.dtype))
@@ -120,7 +121,7 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
             wait_rx(down_work[j], parent, 1, j)
             region = u8[a * isz:b * isz]
             if secure:
-                g.rx(parent).open(down_rx[0][j].numpy(), region.numpy(), ctx(Phase.TREE_DOWN, j, parent, g.rank),
+                g.rx(parent).open(down_rx[0][j], region, ctx(Phase.TREE_DOWN, j, parent, g.rank),
                                   collective=where, step=1, segment=j)
             else:
                 region.copy_(down_rx[0][j])

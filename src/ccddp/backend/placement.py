@@ -1,0 +1,149 @@
+"""Device tensors in the ``ccddp`` backend: where an op is sealed, and how it is ordered
+with the caller's CUDA stream.
+
+Two placements (``CommSettings.placement``), the same frames either way:
+
+- :attr:`Placement.DEVICE`: the op runs on the tensor in device memory; its frames are
+  sealed and opened there by the Triton engine, and the transport carries the ciphertext
+  through host memory (``ccddp.comm.transport``);
+- :attr:`Placement.STAGED`: the tensor is copied to pinned host memory, the op runs there
+  exactly as for a CPU tensor (OpenSSL), and the result is copied back -- what a CPU TEE
+  relaying for a GPU does, and what NVIDIA's driver does through its bounce buffer.
+
+``auto`` takes the faster one by a calibrated profile's measured rates
+(``CCDDP_PROFILE``, written by ``ccddp calibrate --device cuda``), and without them the
+device engine when Triton is installed. Ops that ccddp runs on host memory only
+(all-to-all, gather, scatter, point-to-point messages, the list forms of all-gather and
+reduce-scatter) are always staged.
+
+Ordering, c10d's contract for device tensors (the op sees what the caller's stream wrote
+before the call; after waiting on the work, the caller sees the result):
+
+1. at the call, staging copies are queued on the caller's current stream, and then an
+   event is recorded on it (:meth:`DeviceOrder.after_caller`);
+2. the op's job waits for that event on the host (a staged op reads host memory), then
+   runs on the group's own stream for that device, so it overlaps the caller's compute;
+3. the job synchronizes that stream before the op completes: the work's future holds
+   finished tensors.
+
+Example::
+
+    dist.init_process_group("ccddp")
+    t = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(t)               # sealed on the GPU (placement "device" or "auto")
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ccddp.errors import ConfigError
+
+PROFILE_ENV = "CCDDP_PROFILE"
+
+
+class Placement(enum.Enum):
+    DEVICE = "device"
+    STAGED = "staged"
+
+
+@dataclass(frozen=True)
+class PlacementRates:
+    """What decides ``auto``: seconds per byte of a sealed segment on each placement,
+    from a calibrated profile (sealing on the device; or the copy to host, the OpenSSL
+    seal and the copy back)."""
+
+    device_s_per_byte: float
+    staged_s_per_byte: float
+
+    def faster(self) -> Placement:
+        return Placement.DEVICE if self.device_s_per_byte <= self.staged_s_per_byte else Placement.STAGED
+
+
+def rates_from_profile(path: str | None = None) -> PlacementRates | None:
+    """The measured rates of the calibrated profile at ``path`` (default:
+    ``CCDDP_PROFILE``), or None when there is no profile or it measured no device."""
+    path = path if path is not None else os.environ.get(PROFILE_ENV, "")
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            profile = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{PROFILE_ENV}={path}: cannot read a calibrated profile ({e})") from None
+    device = profile.get("device_gbps")
+    staged = profile.get("staged_gbps")
+    if not (isinstance(device, (int, float)) and isinstance(staged, (int, float)) and device > 0 and staged > 0):
+        return None
+    return PlacementRates(1 / (device * 1e9), 1 / (staged * 1e9))
+
+
+def choose(setting: str, device: torch.device, *, triton: bool, rates: PlacementRates | None) -> Placement:
+    """The placement of ops on ``device`` under the setting ``setting``.
+
+    Example::
+
+        choose("auto", torch.device("cuda:0"), triton=True, rates=None)   # Placement.DEVICE
+    """
+    if device.type == "cpu":
+        raise ValueError("host tensors have no placement: they are sealed where they are")
+    if setting == Placement.STAGED.value:
+        return Placement.STAGED
+    if setting == Placement.DEVICE.value:
+        if not triton:
+            raise ConfigError("placement 'device' seals in device memory with the Triton engine, which is not "
+                              "installed: pip install 'ccddp[gpu]', or use placement 'staged'")
+        return Placement.DEVICE
+    if not triton:
+        return Placement.STAGED
+    return rates.faster() if rates is not None else Placement.DEVICE
+
+
+def stage_out(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
+    """A host working copy of ``t`` (its contents copied now, queued on the caller's
+    stream; pinned for a CUDA tensor) and what copies the result back (run by the op)."""
+    cuda = t.device.type == "cuda"
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda)
+    host.copy_(t, non_blocking=cuda)
+    return host, lambda: t.copy_(host, non_blocking=cuda)
+
+
+def stage_in(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of the input ``t`` (queued on the caller's stream)."""
+    return stage_out(t)[0]
+
+
+class DeviceOrder:
+    """The group's streams, one per device, and the ordering of an op's job with the
+    caller's stream (see the module's invariants)."""
+
+    def __init__(self) -> None:
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+
+    def _stream(self, device: torch.device) -> torch.cuda.Stream:
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = self._streams[device] = torch.cuda.Stream(device)
+        return stream
+
+    def after_caller(self, job: Callable[[], None], device: torch.device) -> Callable[[], None]:
+        """``job``, made to run after what the caller's current stream on ``device`` has
+        queued so far (call this after queueing the op's staging copies)."""
+        ready = torch.cuda.current_stream(device).record_event()
+
+        def ordered() -> None:
+            ready.synchronize()
+            stream = self._stream(device)
+            try:
+                with torch.cuda.device(device), torch.cuda.stream(stream):
+                    job()
+            finally:
+                stream.synchronize()
+
+        return ordered
