@@ -16,7 +16,10 @@ goes through OpenSSL, device tensors (uint8, 1-D) through the Triton engine
 through Triton's interpreter: for tests). Both write the same frames. With a
 ``pad_budget`` the channel keeps keystream for its next counters on the device (pads,
 refilled after each device frame, or ahead of the first with :meth:`prepare_pads`), so a
-device seal or open that finds its pad skips AES.
+device seal or open that finds its pad skips AES. A job that used a pad releases it with a
+fence recorded on the stream it launched its kernels on: the pad's bytes are refilled only
+once those kernels are done, and a job waits on its pad's own keystream kernel before it
+launches, so refills and frames may run on different streams.
 
 Example::
 
@@ -88,11 +91,13 @@ class _EpochKey:
 
 @dataclass(frozen=True)
 class _Ticket:
-    """What one frame's job needs: its epoch's key, its nonce, its pad if one was made."""
+    """What one frame's job needs: its epoch's key, its nonce, its pad if one was made and
+    the buffer that holds it (the channel may replace its buffer before the job runs)."""
 
     key: _EpochKey
     nonce: bytes
     pad: Pad | None = None
+    pads: PadBuffer | None = None
 
 
 def _tensor_type():
@@ -208,14 +213,16 @@ class LinkChannel:
             nonce = self._nonce(counter)
             if self.recorder is not None:
                 self.recorder(self._key.key_id, nonce)
-            pad = None
-            if device is not None and self._pads is not None and self._pads.device == device:
-                pad = self._pads.take(counter, epoch, nbytes)
-                if pad is not None and self.pad_recorder is not None:
-                    from ccddp.crypto.device import PadEvent
+            pads, pad = self._pads, None
+            if device is not None and pads is not None and pads.device == device:
+                pad = pads.take(counter, epoch, nbytes)
+            if pad is None:
+                return _Ticket(self._key, nonce)
+            if self.pad_recorder is not None:
+                from ccddp.crypto.device import PadEvent
 
-                    self.pad_recorder(PadEvent.USED, self._key.key_id, nonce)
-            return _Ticket(self._key, nonce, pad)
+                self.pad_recorder(PadEvent.USED, self._key.key_id, nonce)
+            return _Ticket(self._key, nonce, pad, pads)
 
     # -- pads ----------------------------------------------------------------------
     def prepare_pads(self, nbytes: int, device) -> int:
@@ -246,11 +253,16 @@ class LinkChannel:
             for p in made:
                 self.pad_recorder(PadEvent.MADE, key.key_id, self._nonce(p.counter))
 
-    def _release_pad(self, ticket: _Ticket) -> None:
-        """The frame's kernels are launched: its pad's bytes may be written again."""
+    def _release_pad(self, ticket: _Ticket, device) -> None:
+        """The frame's kernels are launched (or failed to): its pad's bytes may be written
+        again once what this thread launched on its current stream, them included, is done."""
         if ticket.pad is not None:
+            # Through the module, not a name bound once: tests swap in fences they control.
+            from ccddp.crypto.device import pads as device_pads
+
+            fence = device_pads.stream_fence(device)
             with self._lock:
-                self._pads.release(ticket.pad)
+                ticket.pads.release(ticket.pad, fence)
 
     def _top_up(self, nbytes: int, device) -> None:
         """After a device frame: pads for the next frames, assumed of the same size."""
@@ -281,7 +293,7 @@ class LinkChannel:
                 try:
                     self._device_seal(ticket, _as_tensor(plaintext), aad, _as_tensor(frame))
                 finally:
-                    self._release_pad(ticket)
+                    self._release_pad(ticket, device)
             counters.add_frame(True, n, time.perf_counter() - t0)
             if device is not None:
                 self._top_up(n, device)
@@ -295,8 +307,9 @@ class LinkChannel:
         else:
             from ccddp.crypto.device import Segment
 
+            ticket.pad.written.wait()
             aead.encrypt_segments([Segment(ticket.nonce, aad, 0, plaintext.numel(), 0, ticket.pad.offset)],
-                                  plaintext, frame, pad=self._pads.arena)
+                                  plaintext, frame, pad=ticket.pads.arena)
 
     def _device_open(self, ticket: _Ticket, frame, aad: bytes, out) -> None:
         aead = ticket.key.device()
@@ -305,8 +318,9 @@ class LinkChannel:
         else:
             from ccddp.crypto.device import Segment
 
+            ticket.pad.written.wait()
             aead.decrypt_segments([Segment(ticket.nonce, aad, 0, out.numel(), 0, ticket.pad.offset)],
-                                  frame, out, pad=self._pads.arena)
+                                  frame, out, pad=ticket.pads.arena)
 
     def open_job(self, frame, out, aad: bytes, *, collective: str = "?", step: int | None = None,
                  segment: int | None = None) -> Job:
@@ -331,7 +345,7 @@ class LinkChannel:
                         # The device engine writes no unverified plaintext: out is zeros on failure.
                         self._device_open(ticket, _as_tensor(frame), aad, _as_tensor(out))
                     finally:
-                        self._release_pad(ticket)
+                        self._release_pad(ticket, device)
             except InvalidTag:
                 if device is None:
                     # OpenSSL writes plaintext before it checks the tag: never leave it behind.

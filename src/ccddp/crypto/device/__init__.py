@@ -11,7 +11,8 @@ included).
   verdict-gated CTR decryption, keystream (pads).
 - ``engine``: :class:`DeviceAESGCM`, the ``AESGCM``-shaped API and the batched entry
   points (many segments, each with its own nonce, AAD and tag, in one launch).
-- ``pads``: per-link keystream generated ahead for known counters, used once each.
+- ``pads``: per-link keystream generated ahead for known counters, used once each; a
+  pad's bytes are written again only after the kernels that used them are done (fences).
 
 **CTR: T-tables, not bitsliced.** Each counter block runs in its own lane as four 32-bit
 column words: a round is four gathers from 1 KiB tables (SubBytes+MixColumns of a byte)
@@ -51,7 +52,7 @@ one-line :class:`ccddp.errors.ConfigError` (install the ``gpu`` extra).
 """
 
 from ccddp.crypto.device.engine import TAG_BYTES, DeviceAESGCM, Segment, interpreting, pad_bytes, triton_available
-from ccddp.crypto.device.pads import Pad, PadBuffer, PadEvent
+from ccddp.crypto.device.pads import Fence, Pad, PadBuffer, PadEvent, stream_fence
 
-__all__ = ["TAG_BYTES", "DeviceAESGCM", "Segment", "interpreting", "pad_bytes", "triton_available", "Pad",
-           "PadBuffer", "PadEvent"]
+__all__ = ["TAG_BYTES", "DeviceAESGCM", "Segment", "interpreting", "pad_bytes", "triton_available", "Fence", "Pad",
+           "PadBuffer", "PadEvent", "stream_fence"]
