@@ -1,0 +1,130 @@
+"""A rank of the device-path tests (run under torchrun or ``ccddp launch``): the collectives
+DDP and FSDP use, on tensors of ``--device``, each result checked against what every rank
+computes locally; prints one JSON line per rank.
+
+``--backend`` is what the script asks torch for (``ccddp launch`` serves gloo and NCCL
+with ccddp); ``--host-frames`` makes every internal link carry its frames through host
+buffers, as device frames do, so the staging runs on CPU ranks too; ``--marker`` fills
+the tensors with bytes a wiretap then looks for.
+
+Example::
+
+    torchrun --nproc-per-node 2 tests/device_paths_main.py --device cuda --placement staged
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+MARKER = 1234.5678
+
+
+def _inp(rank: int, n: int, device: str, marker: bool) -> torch.Tensor:
+    if marker:
+        return torch.full((n,), MARKER + rank, dtype=torch.float32, device=device)
+    return (torch.arange(n, dtype=torch.float32, device=device) % 97) * (rank + 1) + rank
+
+
+STAGED = {"frames": 0}
+
+
+def _force_host_frames(pg) -> None:
+    """Every transport of ``pg`` stages its frames through host buffers (counted)."""
+    from ccddp.comm import transport
+
+    group = pg.secure_group
+    group.transport.host_device_types = frozenset()
+    pg.peer_links.transport.host_device_types = frozenset()
+    real = transport._host_buffer
+
+    def counted(frame):
+        STAGED["frames"] += 1
+        return real(frame)
+
+    transport._host_buffer = counted
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--backend", default="ccddp")
+    ap.add_argument("--placement", default="auto")
+    ap.add_argument("--engine", default="auto")
+    ap.add_argument("--host-frames", action="store_true")
+    ap.add_argument("--marker", action="store_true")
+    ap.add_argument("--numel", type=int, default=4099)
+    args = ap.parse_args()
+
+    import ccddp.backend  # noqa: F401  (registers the backend outside ccddp launch)
+    from ccddp.backend import Options
+    from ccddp.comm import CommSettings
+
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = args.device
+    if device == "cuda":
+        device = f"cuda:{int(os.environ['LOCAL_RANK']) % torch.cuda.device_count()}"
+        torch.cuda.set_device(device)
+    settings = CommSettings(segment_bytes=4096, chains=1, placement=args.placement, aead_engine=args.engine)
+    options = Options(settings=settings) if "ccddp" in args.backend else None
+    dist.init_process_group(args.backend, pg_options=options)
+    pg = dist.group.WORLD
+    if args.host_frames:
+        _force_host_frames(pg)
+    m = args.numel
+    checks: dict[str, bool] = {}
+    everyone = [_inp(r, m, device, args.marker) for r in range(n)]
+
+    x = everyone[rank].clone()
+    dist.all_reduce(x)
+    checks["all_reduce"] = torch.allclose(x, sum(everyone), rtol=1e-5)
+
+    x = everyone[rank].clone()
+    work = dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True)
+    fut = work.get_future().then(lambda f: f.value()[0] * 2)
+    checks["all_reduce_future"] = torch.equal(fut.wait(), torch.stack(everyone).max(0).values * 2)
+
+    x = everyone[rank].clone()
+    dist.broadcast(x, src=n - 1)
+    checks["broadcast"] = torch.equal(x, everyone[n - 1])
+
+    out = torch.empty(n * m, device=device)
+    dist.all_gather_into_tensor(out, everyone[rank])
+    checks["all_gather_into_tensor"] = torch.equal(out, torch.cat(everyone))
+
+    big = torch.cat([e * (i + 1) for i, e in enumerate(everyone)])           # n*m on every rank alike
+    mine = torch.empty(m, device=device)
+    dist.reduce_scatter_tensor(mine, big * (rank + 1))
+    want = big.view(n, m)[rank] * sum(r + 1 for r in range(n))
+    checks["reduce_scatter_tensor"] = torch.allclose(mine, want, rtol=1e-5)
+
+    outs = [torch.empty(m, device=device) for _ in range(n)]
+    dist.all_gather(outs, everyone[rank])
+    checks["all_gather"] = all(torch.equal(o, e) for o, e in zip(outs, everyone))
+
+    base = everyone[rank].clone()
+    dist.all_reduce(base[::2])                                  # a strided view: reduced in a copy, written back
+    checks["all_reduce_strided"] = (torch.allclose(base[::2], sum(e[::2] for e in everyone), rtol=1e-5)
+                                    and torch.equal(base[1::2], everyone[rank][1::2]))
+
+    if n > 1:
+        if rank == 0:
+            dist.send(everyone[0] + 7, dst=1)
+        elif rank == 1:
+            got = torch.empty(m, device=device)
+            dist.recv(got, src=0)
+            checks["send_recv"] = torch.equal(got, everyone[0] + 7)
+
+    dist.barrier()
+    print(json.dumps({"rank": rank, "backend": dist.get_backend(), "device": str(x.device), "checks": checks,
+                      "staged_frames": STAGED["frames"]}),
+          flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
