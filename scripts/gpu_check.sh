@@ -6,7 +6,9 @@
 # budget (default 470 s, under 8 minutes):
 #   kernels   scripts/compile_device_kernels.py for the GPU's architecture: registers and
 #             spills of every kernel variant (the fastest sign that Triton works here)
-#   tests     the CUDA cases of tests/test_device_aead.py and tests/test_device_channel.py
+#   tests     the CUDA cases of tests/test_device_aead.py, tests/test_device_channel.py,
+#             tests/test_bounce.py (the input path opened on the GPU) and tests/test_calibrate.py
+#             (calibrate --device cuda --fast)
 #   bench-*   ccddp bench channel --device cuda at 4 KiB .. 64 MiB: seal and open with and
 #             without pads, beside a device-to-device copy and OpenSSL on the host
 # A step that fails or times out is recorded and the next one runs. Files, all at the top
@@ -186,7 +188,7 @@ if selected tests; then
     # shellcheck disable=SC2086  # extra pytest arguments are words on purpose
     run_step tests 180 "$PY" -m pytest -q -p no:cacheprovider -k cuda --timeout 120 \
         --junitxml "$OUT/tests.xml" ${CCDDP_GPU_CHECK_PYTEST_ARGS:-} \
-        tests/test_device_aead.py tests/test_device_channel.py
+        tests/test_device_aead.py tests/test_device_channel.py tests/test_bounce.py tests/test_calibrate.py
 else
     record tests skipped "" 0 "" "not selected (--only $ONLY)" ""
 fi

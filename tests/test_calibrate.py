@@ -226,3 +226,123 @@ def test_calibrate_fills_a_gpu_profile_from_device_channel_results(tmp_path, cap
     assert not {"enc_gbps", "dec_gbps", "crypto_op_us", "xor_gbps"} & set(hw.assumed())
     assert main(["calibrate", "--device-sweep", paths[0], "--out", str(out)]) == 2
     assert "two or more sizes" in capsys.readouterr().err
+
+
+# -- calibrate --device cuda: the device engine, host OpenSSL and pinned staging ---------------
+
+STAGING_FIELDS = ("staging_d2h_gbps", "staging_h2d_gbps", "staging_copy_us")
+
+
+def _device_channel_result(b: int) -> dict:
+    """A `ccddp bench channel --device cuda --json` result at ``b`` bytes, in round numbers."""
+    return {"bytes": b, "device": "cuda:0", "rows": {
+        "seal": {"median_s": 20e-6 + b / 150e9, "gbps": 0.0},
+        "open": {"median_s": 22e-6 + b / 140e9, "gbps": 0.0},
+        "seal_pad": {"median_s": 0.0, "gbps": 900.0},
+        "openssl_seal": {"median_s": 1e-6 + b / 4e9, "gbps": 0.0},
+        "openssl_open": {"median_s": 1e-6 + b / 5e9, "gbps": 0.0}}}
+
+
+def test_device_records_measure_the_engine_the_host_and_the_staging_copies():
+    from ccddp.bench.calibrate_fit import device_profile, device_records
+
+    sizes = (64 << 10, 1 << 20, 16 << 20)
+    staging = [{"bytes": b, "d2h_s": 10e-6 + b / 25e9, "h2d_s": 12e-6 + b / 50e9} for b in sizes]
+    rec = device_records([_device_channel_result(b) for b in sizes], staging=staging)
+    assert set(rec) == {"enc_gbps", "dec_gbps", "crypto_op_us", "envelope_min_bytes", "envelope_max_bytes",
+                        "xor_gbps", "cpu_crypto_gbps", *STAGING_FIELDS}
+    assert all(r.source is Source.MEASURED and r.note for r in rec.values())
+    assert rec["staging_d2h_gbps"].value == pytest.approx(25, rel=1e-3)
+    assert rec["staging_h2d_gbps"].value == pytest.approx(50, rel=1e-3)
+    assert rec["staging_copy_us"].value == pytest.approx(11, rel=1e-3)
+    assert rec["cpu_crypto_gbps"].value == pytest.approx(4, rel=1e-3)
+    assert rec["enc_gbps"].value == pytest.approx(150, rel=1e-3)
+    hw = validate_profile(device_profile(load_profile("h100-cc"), [_device_channel_result(b) for b in sizes],
+                                         staging=staging))
+    assert not set(STAGING_FIELDS) & set(hw.assumed()) and hw.device_link == "fenced"
+
+
+def test_the_staging_fields_are_in_every_profile_and_older_profiles_still_load(tmp_path):
+    for name in ("h100-cc", "h200-cc", "b300-cc", "paper-h100", "local"):
+        hw = load_profile(name)
+        assert all(getattr(hw, f) >= 0 for f in STAGING_FIELDS)
+        assert "not in this profile" not in hw.field("staging_h2d_gbps").note, name
+    # A profile written before the staging fields existed: the CC-off input rate and the
+    # launch cost stand in for them, marked assumed.
+    old = {k: v for k, v in load_profile("h100-cc").as_records().items() if k not in STAGING_FIELDS}
+    hw = validate_profile(old)
+    assert hw.staging_d2h_gbps == hw.staging_h2d_gbps == hw.pcie_gbps
+    assert hw.staging_copy_us == hw.kernel_launch_us
+    assert set(STAGING_FIELDS) <= set(hw.assumed())
+    assert "written before the field existed" in hw.field("staging_d2h_gbps").note
+
+
+def test_the_staging_fields_decide_where_a_frame_is_sealed():
+    from ccddp.sim.placement import cheaper_placement, placement_us
+
+    hw = load_profile("h100-cc").replace(enc_gbps=200.0, dec_gbps=200.0, crypto_op_us=20.0, kernel_launch_us=5.0,
+                                         cc_launch_toll=1.0, cpu_crypto_gbps=5.0, staging_d2h_gbps=25.0,
+                                         staging_h2d_gbps=25.0, staging_copy_us=2.0)
+    small, big = 1 << 10, 64 << 20
+    assert cheaper_placement(hw, small) == "staged" and cheaper_placement(hw, big) == "device"
+    cost = placement_us(hw, big)
+    assert cost["staged"] == pytest.approx(4 + big / 25e3 * 2 + 2 * big / 5e3)
+    assert cost["device"] == pytest.approx(2 * (5 + 20) + 2 * big / 200e3)
+    assert cheaper_placement(hw.replace(staging_h2d_gbps=1e4, staging_d2h_gbps=1e4, cpu_crypto_gbps=1e4),
+                             big) == "staged"
+
+
+PROBE = """
+import json, sys
+from ccddp.cli import main
+code = main(json.loads(sys.argv[1]))
+print("TORCH" if "torch" in sys.modules else "NO-TORCH", code)
+"""
+
+
+def test_calibrate_on_a_gpu_without_one_is_one_line_before_torch_loads(tmp_path):
+    """No CUDA device (hidden here, so the check runs on a GPU machine too): exit 2, one line,
+    torch never imported, nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "gpu.toml"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(["calibrate", "--device", "cuda", "--out", str(out)])],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert p.stdout.split() == ["NO-TORCH", "2"], p.stdout + p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ccddp: error: calibrate --device cuda: no CUDA device"), p.stderr
+    assert not out.exists()
+
+
+def test_device_sweep_takes_no_device(tmp_path, capsys):
+    path = tmp_path / "ch.json"
+    path.write_text(json.dumps(_device_channel_result(1 << 20)))
+    assert main(["calibrate", "--device", "cuda", "--device-sweep", str(path), "--out", str(tmp_path / "x.toml")]) == 2
+    assert "leave out --device" in capsys.readouterr().err
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA device here")
+def test_calibrate_device_cuda_measures_the_engine_and_the_staging(tmp_path, capsys):
+    out, js = tmp_path / "gpu.toml", tmp_path / "gpu.json"
+    assert main(["calibrate", "--device", "cuda", "--fast", "--base", "h100-cc", "--out", str(out),
+                 "--json", str(js)]) == 0
+    hw = load_profile(str(out))
+    data = json.loads(js.read_text())
+    assert data["schema"] == "ccddp.calibrate-device/1" and data["base"] == "h100-cc"
+    measured = set(data["measured_fields"])
+    assert set(STAGING_FIELDS) | {"enc_gbps", "dec_gbps", "crypto_op_us", "cpu_crypto_gbps"} <= measured
+    for name in data["measured_fields"]:
+        assert hw.field(name).source is Source.MEASURED, name
+    assert hw.staging_h2d_gbps > 0 and hw.staging_d2h_gbps > 0 and hw.enc_gbps > 0
+    assert all(r["checked_frames"] > 0 for r in data["measurements"]["sweep"])

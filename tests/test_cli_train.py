@@ -133,6 +133,13 @@ def test_cc_off_and_on_take_turns_in_one_launch_and_print_paired_ratios(tmp_path
     for rnd in range(6):
         order = sorted(runs, key=lambda v: next(it["start_ms"] for it in runs[v]["iterations"] if it["round"] == rnd))
         assert order == list(runs)[rnd % 3:] + list(runs)[:rnd % 3], (rnd, order)
+    # The CC-on input path reports its stages and how it ran (on the CPU: OpenSSL opens).
+    assert runs["off"]["bounce"] is None
+    for variant in ("on:naive", "on:pipelined"):
+        assert runs[variant]["bounce"]["opener"] == "host"
+        for it in runs[variant]["iterations"]:
+            assert it["bounce_seal_ms"] > 0 and it["bounce_open_ms"] > 0 and it["bounce_copy_ms"] >= 0
+            assert it["bounce_seal_ms"] + it["bounce_copy_ms"] + it["bounce_open_ms"] <= it["bounce_ms"] + 0.01
     # Same start, same batches, own random streams: bit-identical training at 2 ranks.
     assert len({run["param_sha256"] for run in runs.values()}) == 1
     assert runs["on:pipelined"]["seals_per_rank"] == 2 * runs["on:pipelined"]["allreduce_calls_per_iteration"]

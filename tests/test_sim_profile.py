@@ -108,12 +108,23 @@ def _without(text: str, field: str) -> str:
     return re.sub(rf"(?m)^{re.escape(field)} = .*$", "", text)
 
 
-@pytest.mark.parametrize("field", [f.name for f in FIELDS])
+@pytest.mark.parametrize("field", [f.name for f in FIELDS if not f.fallback])
 def test_missing_field_is_named(tmp_path, field):
     p = tmp_path / "p.toml"
     p.write_text(_without(profile_text("h100-cc"), field))
     with pytest.raises(ConfigError, match=rf"'{field}' is missing"):
         load_profile(p)
+
+
+@pytest.mark.parametrize("field", [f.name for f in FIELDS if f.fallback])
+def test_a_field_added_later_may_be_missing_and_takes_its_fallback(tmp_path, field):
+    """Profiles saved before such a field existed still load: the field it falls back on
+    gives the value, marked assumed."""
+    p = tmp_path / "p.toml"
+    p.write_text(_without(profile_text("h100-cc"), field))
+    hw = load_profile(p)
+    fallback = next(f.fallback for f in FIELDS if f.name == field)
+    assert getattr(hw, field) == getattr(hw, fallback) and field in hw.assumed()
 
 
 NUMERIC = [f.name for f in FIELDS if f.kind in ("float", "int")]

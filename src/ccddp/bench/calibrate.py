@@ -26,6 +26,13 @@ machine can be checked against that machine's measured ``ccddp train`` runs
   ... up to every core's thread sealing at once (how far crypto chains scale: the most
   measured is the envelope ``ccddp tune`` stays inside).
 
+With ``--device cuda`` (:func:`calibrate_device`) it measures a GPU instead, in this
+process: the Triton engine's per-call cost and per-byte rate over a sweep of sizes (the
+code of ``ccddp bench channel --device cuda``, fitted as ``--device-sweep`` fits saved
+results), OpenSSL on the same machine's host, and the pinned staging copies (device ->
+host, host -> device) that placing a frame's crypto on the host would add; every other
+field comes from a base profile.
+
 Every field of the written profile carries its source: MEASURED here, DERIVED from the
 machine's structure (no accelerator, no CC hardware, one node), or ASSUMED.
 
@@ -395,6 +402,94 @@ def calibrate(world_size: int = 2, *, fast: bool = False, name: str = "local",
     p2p = run_p2p(world_size, fast)
     out = derive_profile(local, p2p, name=name)
     return {**out, "fast": fast, "seconds": time.perf_counter() - t0}
+
+
+# -- a device: the Triton engine and host staging (one process, no ranks) ----------------
+
+#: Sizes of the device sweep (``fast``: for checks).
+DEVICE_SIZES = [64 * KIB, 256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB]
+DEVICE_SIZES_FAST = [64 * KIB, 1 * MIB, 4 * MIB]
+#: Sizes of the pinned-copy sweep.
+STAGING_SIZES = [4 * KIB, 64 * KIB, 1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB]
+STAGING_SIZES_FAST = [4 * KIB, 1 * MIB, 4 * MIB]
+
+
+def bench_staging(sizes: list[int], reps: int, device: str = "cuda") -> list[dict]:
+    """Per size, the lower-quartile seconds of a device -> pinned host copy and of a pinned
+    host -> device copy, each from enqueue to the wait for it (what staging a frame
+    through host OpenSSL costs on top of the crypto)."""
+    import torch
+
+    dev = torch.device(device)
+    rows = []
+    for n in sizes:
+        on_device = torch.randint(0, 255, (n,), dtype=torch.uint8, device=dev)
+        pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        back = torch.empty_like(on_device)
+
+        def d2h() -> None:
+            pinned.copy_(on_device, non_blocking=True)
+            torch.cuda.synchronize(dev)
+
+        def h2d() -> None:
+            back.copy_(pinned, non_blocking=True)
+            torch.cuda.synchronize(dev)
+
+        rows.append({"bytes": n, "d2h_s": _quartile_time(d2h, reps, warmup=2),
+                     "h2d_s": _quartile_time(h2d, reps, warmup=2)})
+        if not torch.equal(back, on_device):
+            raise AssertionError("a staging round trip changed the bytes")
+    return rows
+
+
+def calibrate_device(device: str = "cuda", *, fast: bool = False, base: str = "h100-cc",
+                     name: str | None = None, progress: Callable[[str], None] | None = None) -> dict:
+    """Measure this machine's device engine and host staging; return ``{"profile",
+    "header", "measured_fields", "measurements", ...}``: ``base`` (a profile name or path)
+    with the fields :func:`ccddp.bench.calibrate_fit.device_records` fills measured here.
+
+    The engine's sweep is ``ccddp bench channel --device cuda`` at each size (the same
+    code: :func:`ccddp.bench.channel.bench_device`, every frame checked against OpenSSL),
+    fitted by the same line as ``--device-sweep``; the staging copies are
+    :func:`bench_staging`.
+
+    Example::
+
+        result = calibrate_device("cuda", base="h100-cc")
+        write_profile(result["profile"], "gpu.toml", header=result["header"])
+        result["measured_fields"]      # ["cpu_crypto_gbps", "crypto_op_us", ...]
+    """
+    import torch
+
+    from ccddp.bench.calibrate_fit import device_records
+    from ccddp.bench.channel import bench_device
+    from ccddp.errors import ConfigError
+    from ccddp.sim.profile import load_profile
+
+    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        raise ConfigError(f"calibrate --device {device}: torch sees no CUDA device here")
+    say = progress or (lambda _m: None)
+    hw = load_profile(base)
+    t0 = time.perf_counter()
+    gpu = torch.cuda.get_device_name(torch.device(device))
+    sweep = []
+    for n in DEVICE_SIZES_FAST if fast else DEVICE_SIZES:
+        say(f"the device engine at {n // KIB} KiB (ccddp bench channel --device {device})")
+        r = bench_device(n, 3 if fast else 10, device)
+        sweep.append({"schema": "ccddp.bench.channel-device/1", "gpu": gpu, **r})
+    say("pinned host staging copies")
+    staging = bench_staging(STAGING_SIZES_FAST if fast else STAGING_SIZES, 5 if fast else 20, device)
+    measured = device_records(sweep, device=device, staging=staging)
+    profile = hw.as_records()
+    profile.update(measured)
+    profile["name"] = name or hw.name
+    header = [f"{profile['name']}: {hw.name} with the {gpu}'s AES-GCM engine and host staging measured by "
+              f"`ccddp calibrate --device {device}`, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.",
+              f"measured here: {', '.join(sorted(measured))}; every other field is {hw.name}'s."]
+    return {"schema": "ccddp.calibrate-device/1", "device": device, "gpu": gpu, "base": hw.name,
+            "profile": profile, "header": header, "measured_fields": sorted(measured),
+            "measurements": {"sweep": sweep, "staging": staging}, "fast": fast,
+            "seconds": time.perf_counter() - t0}
 
 
 def worker_main() -> None:

@@ -143,12 +143,17 @@ def crypto_records(lines: dict[str, float], sizes: list[int], chains: dict | Non
     return rec
 
 
-def device_profile(base, results: list[dict], *, device: str = "cuda") -> dict:
-    """A device profile's records with its crypto measured: ``base`` (a profile) with the
-    fields :func:`crypto_records` fills replaced, from ``ccddp bench channel --device
-    cuda --json`` results at two or more ``--size`` values (each gives the engine's seal
-    and open time at one size; the sizes give the line), and ``xor_gbps`` from the runs'
-    pre-computed-pad seals where they have them."""
+def device_records(results: list[dict], *, device: str = "cuda",
+                   staging: list[dict] | None = None) -> dict[str, FieldValue]:
+    """The profile fields a device sweep measures, and only those (every one MEASURED).
+
+    ``results``: ``ccddp bench channel --device cuda --json`` results at two or more
+    ``--size`` values (each gives the engine's seal and open time at one size; the sizes
+    give the line): the crypto fields :func:`crypto_records` fills, ``envelope_max_bytes``,
+    ``xor_gbps`` from the pre-computed-pad seals where the runs have them, and
+    ``cpu_crypto_gbps`` from the OpenSSL seals on the same machine's host where they have
+    those. ``staging``: rows of ``bytes``, ``d2h_s``, ``h2d_s`` (pinned copies, see
+    :func:`staging_records`) for the staging fields."""
     from ccddp.errors import ConfigError
 
     rows = sorted(({"bytes": int(r["bytes"]), "seal_s": float(r["rows"]["seal"]["median_s"]),
@@ -159,14 +164,60 @@ def device_profile(base, results: list[dict], *, device: str = "cuda") -> dict:
         raise ConfigError("a device sweep needs results at two or more sizes "
                           "(ccddp bench channel --device cuda --size S --json ...)")
     how = f"the {device} engine (ccddp bench channel --device {device})"
-    d = base.as_records()
-    d.update(crypto_records(crypto_lines(rows), sizes, None, how=how, chains_are_threads=False))
+    d = crypto_records(crypto_lines(rows), sizes, None, how=how, chains_are_threads=False)
     d["envelope_max_bytes"] = M(float(max(sizes)), f"largest size of the {device} sweep")
     pads = [r for r in results if "seal_pad" in r.get("rows", {})]
     if pads:
         big = max(pads, key=lambda r: r["bytes"])
         d["xor_gbps"] = M(round(float(big["rows"]["seal_pad"]["gbps"]), 3),
                           f"seal with a pre-computed pad, {big['bytes'] // MIB} MiB, {how}")
+    host = [{"bytes": int(r["bytes"]), "seal_s": float(r["rows"]["openssl_seal"]["median_s"]),
+             "open_s": float(r["rows"]["openssl_open"]["median_s"])}
+            for r in results if {"openssl_seal", "openssl_open"} <= set(r.get("rows", {}))]
+    if len({r["bytes"] for r in host}) >= 2:
+        lines = crypto_lines(host)
+        d["cpu_crypto_gbps"] = M(round(lines["seal_gbps"], 4), "slope of OpenSSL's seal time on one "
+                                 f"host core of the {device} machine, in the same sweep",
+                                 round(lines["seal_gbps_se"], 4))
+    if staging:
+        d.update(staging_records(staging, device=device))
+    return d
+
+
+def staging_records(rows: list[dict], *, device: str = "cuda") -> dict[str, FieldValue]:
+    """``staging_d2h_gbps``, ``staging_h2d_gbps`` and ``staging_copy_us`` from a sweep of
+    pinned copies (rows: ``bytes``, ``d2h_s`` device -> pinned host, ``h2d_s`` pinned host
+    -> device, each timed from enqueue to the wait for it): the slope of each line is its
+    rate, the mean of their intercepts the fixed cost of one copy."""
+    from ccddp.errors import ConfigError
+
+    sizes = sorted({int(r["bytes"]) for r in rows})
+    if len(sizes) < 2:
+        raise ConfigError("a staging sweep needs copies at two or more sizes")
+    xs = [r["bytes"] for r in rows]
+    d2h, h2d = fit_line(xs, [r["d2h_s"] for r in rows]), fit_line(xs, [r["h2d_s"] for r in rows])
+    sweep = f"pinned copies of {', '.join(f'{s // KIB} KiB' for s in sizes)} on {device}"
+
+    def rate(f: LineFit, what: str) -> FieldValue:
+        gbps = 1 / f.slope / 1e9
+        return M(round(gbps, 4), f"slope of the {what} copy time over {sweep}",
+                 round(gbps * f.slope_se / f.slope, 4))
+
+    return {"staging_d2h_gbps": rate(d2h, "device -> pinned host"),
+            "staging_h2d_gbps": rate(h2d, "pinned host -> device"),
+            "staging_copy_us": M(round((d2h.intercept + h2d.intercept) / 2 * 1e6, 3),
+                                 f"mean intercept of the two copy lines (device -> host "
+                                 f"{d2h.intercept * 1e6:.2f}, host -> device {h2d.intercept * 1e6:.2f} "
+                                 f"us: enqueue and wait), {sweep}",
+                                 round(math.hypot(d2h.intercept_se, h2d.intercept_se) / 2 * 1e6, 3))}
+
+
+def device_profile(base, results: list[dict], *, device: str = "cuda",
+                   staging: list[dict] | None = None) -> dict:
+    """A device profile's records with what a device sweep measures (:func:`device_records`)
+    replacing ``base``'s (a profile); every other field is ``base``'s."""
+    d = base.as_records()
+    d.update(device_records(results, device=device, staging=staging))
     return d
 
 
@@ -260,6 +311,11 @@ def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict,
         "bounce_threads": D(1, "ccddp seals a batch on the training thread"),
         "bounce_pipelined": D(False, "ccddp seals, copies and opens one after another"),
         "input_path_shared": D(False, "each rank makes its own batch"),
+        "staging_d2h_gbps": D(round(torch_r["memcpy_gbps"], 4), "no accelerator: staging is a host "
+                              f"memory copy, as pcie_gbps ({how})"),
+        "staging_h2d_gbps": D(round(torch_r["memcpy_gbps"], 4), "no accelerator: staging is a host "
+                              f"memory copy, as pcie_gbps ({how})"),
+        "staging_copy_us": D(0.0, "no accelerator: no copy to enqueue or wait for"),
         "inter_node_gbps": A(1.25, "10 GbE, unused on one host"),
         "inter_node_latency_us": A(50.0, "unused on one host"),
         "host_cores": M(cores, "os.cpu_count()"),
@@ -471,7 +527,8 @@ def records_json(d: dict) -> dict:
     return {k: (v.as_dict() if isinstance(v, FieldValue) else v) for k, v in d.items()}
 
 
-__all__ = ["SCHEMA", "LineFit", "fit_line", "crypto_lines", "crypto_records", "device_profile",
+__all__ = ["SCHEMA", "LineFit", "fit_line", "crypto_lines", "crypto_records", "device_records",
+           "staging_records", "device_profile",
            "build_profile",
            "fit_segment_overhead", "fit_link_rate", "fit_crypto_rate", "model_checks",
            "derive_profile", "records_json"]

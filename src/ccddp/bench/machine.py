@@ -149,3 +149,33 @@ def aes_gcm_rate(nbytes: int = 4 << 20, reps: int = 20) -> dict:
     return {"bytes": r["bytes"], "reps": r["reps"], "seal_gbps": r["gbps"]["channel_seal"],
             "open_gbps": r["gbps"]["channel_open"],
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def cuda_device_count() -> int:
+    """CUDA devices this process may use, asked of the driver (libcuda) through ctypes,
+    without importing torch: 0 where there is no driver, no device, or
+    ``CUDA_VISIBLE_DEVICES`` hides them all. A command checks this before loading torch
+    so a missing GPU is one line, not seconds of imports and a traceback.
+
+    It initialises the driver in this process: call it only in a process that will not
+    fork workers which use CUDA (a forked child cannot).
+
+    Example::
+
+        if cuda_device_count() == 0:
+            raise ConfigError("--device cuda: no CUDA device here")
+    """
+    import ctypes
+
+    for lib_name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(lib_name)
+            break
+        except OSError:
+            continue
+    else:
+        return 0
+    count = ctypes.c_int(0)
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value

@@ -1,7 +1,9 @@
 """``ccddp train``: DDP training of a workload, CC-off and/or CC-on, timed phase by phase.
 
 Per iteration and rank: data (synthetic batch), bounce (sealing/opening the batch, CC-on;
-a plain staging copy, CC-off), forward (including the secure buffer broadcast), backward
+a plain staging copy, CC-off; CC-on also splits it into its stages -- host seal, copy to
+the device, open -- as ``bounce_seal_ms``/``bounce_copy_ms``/``bounce_open_ms``, and the
+result's ``bounce`` says how the path ran), forward (including the secure buffer broadcast), backward
 compute (until the last bucket is handed to communication), exposed communication (from
 then until backward returns with every bucket reduced), optimizer, and crypto busy time.
 From backward's start until every bucket is reduced, each iteration also records the CPU
@@ -40,7 +42,7 @@ from ccddp.comm import CommSettings, SecureGroup, Transport
 from ccddp.comm.control import gather_json
 from ccddp.crypto import derive_purpose_key
 from ccddp.crypto.counters import CryptoCounters
-from ccddp.bench.bounce import BouncePath
+from ccddp.bench.bounce import BouncePath, BouncePhases
 from ccddp.bench.ddp import SecureDDP
 from ccddp.errors import ConfigError
 
@@ -49,6 +51,8 @@ SCHEMA = "ccddp.train/1"
 COMPARE_SCHEMA = "ccddp.train.compare/1"
 #: --budget never measures more rounds than this (a tiny model would otherwise run thousands).
 MAX_ROUNDS = 200
+#: The bounce phase's stages, each recorded per iteration as ``bounce_<stage>_ms``.
+BOUNCE_STAGES = ("seal", "copy", "open")
 
 
 def settings_from(args: argparse.Namespace, variant: Variant) -> CommSettings:
@@ -107,11 +111,13 @@ class Trainer:
         self.model = SecureDDP(module, cc=variant.cc, settings=self.settings, secret=None,
                                bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=True)
         self.bounce = None
+        self.bounce_description = None
         if variant.cc == "on":
             group = self.model.sync_group
             # The group's secret: the pre-shared one, or the one agreed by key establishment.
             self.bounce = BouncePath(derive_purpose_key(group.secret, group.session_id, f"bounce/{self.rank}"),
                                      session_id=group.session_id)
+            self.bounce_description = self.bounce.describe()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=args.lr)
         # The variant's own random stream (dropout): variants taking turns must not draw
         # from one shared stream, or their training would differ by the order of turns.
@@ -141,6 +147,7 @@ class Trainer:
         model, bounce, state, wl = self.model, self.bounce, self.model.hook_state, self.wl
         before = model.counters()
         bounce_before = bounce.counters.snapshot() if bounce else None
+        stages_before = bounce.phases.snapshot() if bounce else None
         buckets_before = state.buckets
         t0 = time.perf_counter()
         batch = wl.make_batch(step, self.rank, self.world_size)
@@ -170,6 +177,7 @@ class Trainer:
         grads = CryptoCounters.diff(after["gradients"], before["gradients"])
         sync = CryptoCounters.diff(after["broadcasts"], before["broadcasts"])
         bnc = CryptoCounters.diff(bounce.counters.snapshot(), bounce_before) if bounce else None
+        stages = BouncePhases.diff(bounce.phases.snapshot(), stages_before) if bounce else None
         busy = grads["busy_seconds"] + sync["busy_seconds"] + (bnc["busy_seconds"] if bnc else 0.0)
         self.iterations.append({
             "step": step, "warmup": round_ is None, "round": round_, "start_ms": (t0 - self.origin) * 1e3,
@@ -182,6 +190,7 @@ class Trainer:
             "seals": grads["seals"], "opens": grads["opens"], "segments_sealed": grads["segments_sealed"],
             "broadcast_seals": sync["seals"], "broadcast_opens": sync["opens"],
             "bounce_seals": bnc["seals"] if bnc else 0, "bounce_opens": bnc["opens"] if bnc else 0,
+            **{f"bounce_{stage}_ms": stages[f"{stage}_s"] * 1e3 if stages else 0.0 for stage in BOUNCE_STAGES},
             "control_seals": grads["control_seals"] + sync["control_seals"],
             "loss": float(loss.detach().float()),
         })
@@ -341,7 +350,7 @@ def result_of(args: argparse.Namespace, wl, t: Trainer, per_rank: list[list[floa
     measured = [it for it in iterations if not it["warmup"]]
     summary = {k: statistics.median(it[k] for it in measured)
                for k in PHASES + ("total_ms", "crypto_busy_ms", "slowest_rank_total_ms", "backward_main_cpu_ms",
-                                  "backward_process_cpu_ms")}
+                                  "backward_process_cpu_ms") + tuple(f"bounce_{s}_ms" for s in BOUNCE_STAGES)}
     steady = measured[-1]
     v = t.variant
     return {
@@ -359,6 +368,9 @@ def result_of(args: argparse.Namespace, wl, t: Trainer, per_rank: list[list[floa
         "seals_per_rank": steady["seals"], "opens_per_rank": steady["opens"],
         "broadcast_seals_per_iteration": steady["broadcast_seals"],
         "bounce_seals_per_iteration": steady["bounce_seals"],
+        # How the input path ran (device, opener, engines; on a GPU, the note that it is the
+        # study's emulation of CC's bounce buffer); None for CC-off.
+        "bounce": t.bounce_description,
         "param_sha256": how["param_sha256"][v], "per_rank_total_ms": per_rank,
     }
 

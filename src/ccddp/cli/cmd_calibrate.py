@@ -7,10 +7,19 @@ bandwidth, reduction, copy, optimizer and matmul rates, the pipelined engine's
 per-message cost); training runs never feed the profile, so ``ccddp validate`` can test
 the model against them honestly.
 
+With ``--device cuda`` it measures a GPU instead: the device engine's per-call cost and
+per-byte rate (a sweep of sizes through the code of ``ccddp bench channel --device cuda``,
+fitted as ``--device-sweep`` fits saved results), OpenSSL on the same machine's host
+(``cpu_crypto_gbps``), and the pinned staging copies (``staging_d2h_gbps``,
+``staging_h2d_gbps``, ``staging_copy_us``) from which ``ccddp.sim.placement`` tells
+whether a frame is cheaper sealed on the device or staged through host OpenSSL. Every
+other field is ``--base``'s; the JSON lists the fields measured (``measured_fields``).
+
 Example::
 
     ccddp calibrate --out local.toml --json calibrate.json
     ccddp simulate --profile local.toml --workload resnet50 --gpus 2,4
+    ccddp calibrate --device cuda --base h100-cc --out gpu.toml --json gpu.json
 """
 
 from __future__ import annotations
@@ -38,13 +47,16 @@ def register(subparsers) -> None:
                    help="fewer sizes and repetitions (seconds, less accurate; for tests)")
     p.add_argument("--json", metavar="PATH",
                    help="also write every measurement and the model checks as JSON")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: this host's micro-benchmarks; cuda: this GPU's AES-GCM engine and "
+                        "pinned host staging copies, other fields from --base")
     p.add_argument("--device-sweep", nargs="+", metavar="JSON",
                    help="instead of measuring this host: fill a GPU profile's crypto fields "
                         "from `ccddp bench channel --device cuda --size S --json` results at "
                         "two or more sizes (with --base)")
     p.add_argument("--base", default="h100-cc",
-                   help="with --device-sweep: the profile whose other fields are kept "
-                        "(default: h100-cc)")
+                   help="with --device cuda or --device-sweep: the profile whose other fields "
+                        "are kept (default: h100-cc)")
     p.set_defaults(func=run)
 
 
@@ -78,6 +90,49 @@ def run_device_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_cuda_present() -> None:
+    """Refuse ``--device cuda`` in one line where the driver reports no CUDA device, before
+    torch and the benchmarks load."""
+    from ccddp.bench.machine import cuda_device_count
+
+    if cuda_device_count() == 0:
+        raise ConfigError("calibrate --device cuda: no CUDA device here (no driver, no GPU, or "
+                          "CUDA_VISIBLE_DEVICES hides them); run it on the GPU machine, or fit saved "
+                          "results with --device-sweep")
+
+
+def run_device(args: argparse.Namespace) -> int:
+    """``--device cuda``: measure the engine and staging, write the profile (and JSON)."""
+    from rich.console import Console
+
+    from ccddp.bench.calibrate import calibrate_device
+    from ccddp.bench.calibrate_fit import records_json
+    from ccddp.sim.profile import write_profile
+
+    name = args.name if args.name != "local" else None
+    with Console(stderr=True).status("calibrating the device") as status:
+        result = calibrate_device(args.device, fast=args.fast, base=args.base, name=name,
+                                  progress=lambda m: status.update(f"calibrating: {m}"))
+    try:
+        write_profile(result["profile"], args.out, header=result["header"])
+    except OSError as e:
+        raise ConfigError(f"cannot write {args.out}: {e.strerror}") from None
+    print(f"{result['gpu']}: measured {len(result['measured_fields'])} fields of {result['base']} "
+          f"in {result['seconds']:.0f} s")
+    for key in result["measured_fields"]:
+        rec = result["profile"][key]
+        print(f"  {key} = {rec.value:g}" + (f" +- {rec.stderr:g}" if rec.stderr else ""))
+    print(f"wrote {args.out}")
+    if args.json:
+        try:
+            with open(args.json, "w") as f:
+                json.dump(_finite({**result, "profile": records_json(result["profile"])}), f, indent=2)
+        except OSError as e:
+            raise ConfigError(f"cannot write {args.json}: {e.strerror}") from None
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _finite(x):
     """JSON has no infinity: write it as a string."""
     if isinstance(x, float) and math.isinf(x):
@@ -93,7 +148,12 @@ def run(args: argparse.Namespace) -> int:
     if not str(args.out).endswith(".toml"):
         raise ConfigError(f"--out must name a .toml file, got {args.out!r}")
     if args.device_sweep:
+        if args.device != "cpu":
+            raise ConfigError("--device-sweep fits saved results and measures nothing: leave out --device")
         return run_device_sweep(args)
+    if args.device == "cuda":
+        check_cuda_present()
+        return run_device(args)
     from rich.console import Console
     from rich.table import Table
 

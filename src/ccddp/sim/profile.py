@@ -1,7 +1,10 @@
 """Hardware profiles: what a machine costs, as data, and where every number came from.
 
 A profile is a TOML file whose fields are listed, with units, in :data:`FIELDS`; every
-field is required, so a profile says explicitly what it assumes. Each value is a record
+field is required, so a profile says explicitly what it assumes. (A field added after
+profiles were first saved names a ``fallback`` field instead: an older profile without it
+still loads, with the fallback's value marked assumed -- the ``[staging]`` fields, which
+``ccddp calibrate --device cuda`` measures.) Each value is a record
 (:class:`FieldValue`): the value, its :class:`Source` (measured, fitted, derived, public
 spec, assumed), a note saying which measurement, fit or document it rests on, and, for
 fitted or measured values, one standard error::
@@ -87,6 +90,9 @@ class Field:
     check: str = "nonneg"  # nonneg | pos | frac (0, 1] | unit [0, 1] | ge1 | any
     choices: tuple[str, ...] = ()
     allow_inf: bool = False  # a rate that may be "free" (inf)
+    # A field added after profiles were first written: a profile without it (a saved
+    # calibration) still loads, with this other field's value, marked assumed.
+    fallback: str = ""
 
     @property
     def recorded(self) -> bool:
@@ -196,6 +202,17 @@ FIELDS: tuple[Field, ...] = (
           "of the input overlap (driver staging) rather than run one after another.", "any"),
     Field("input_path_shared", "bounce", "bool", "", "One host prepares and sends every "
           "device's batch, so data + transfer time grow with devices per node.", "any"),
+    # host staging of device frames (placement "staged": device -> pinned host, OpenSSL,
+    # pinned host -> device) beside the device engine; see ccddp.sim.placement
+    Field("staging_d2h_gbps", "staging", "float", "GB/s", "Device-to-host copy rate into "
+          "page-locked (pinned) host memory, per byte: the first leg of a frame staged through "
+          "host OpenSSL. A memory copy on a CPU host.", "pos", fallback="pcie_gbps"),
+    Field("staging_h2d_gbps", "staging", "float", "GB/s", "Pinned host-to-device copy rate, "
+          "per byte: the last leg of a staged frame, and the bounce path's ciphertext copy.",
+          "pos", fallback="pcie_gbps"),
+    Field("staging_copy_us", "staging", "float", "us", "Fixed cost of one staging copy, "
+          "either direction (enqueue, DMA setup, the wait for it).", "nonneg",
+          fallback="kernel_launch_us"),
     # inter-node
     Field("inter_node_gbps", "internode", "float", "GB/s", "Network bandwidth of one node.",
           "pos"),
@@ -281,6 +298,9 @@ class HardwareProfile:
     bounce_threads: int
     bounce_pipelined: bool
     input_path_shared: bool
+    staging_d2h_gbps: float
+    staging_h2d_gbps: float
+    staging_copy_us: float
     inter_node_gbps: float
     inter_node_latency_us: float
     host_cores: int
@@ -431,6 +451,10 @@ def validate_profile(data: Mapping[str, Any], *, source: str = "<dict>") -> Hard
     values: dict[str, Any] = {}
     records: dict[str, FieldValue] = {}
     for f in FIELDS:
+        if f.name not in flat and f.fallback:
+            flat[f.name] = FieldValue(values[f.fallback], Source.ASSUMED,
+                                      f"not in this profile (written before the field existed): "
+                                      f"{f.fallback}'s value")
         if f.name not in flat:
             raise ConfigError(f"{source}: profile field '{f.name}' is missing ({f.doc})")
         try:
