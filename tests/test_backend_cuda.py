@@ -42,15 +42,26 @@ def test_placement_follows_the_setting_then_the_profile_then_triton():
         choose("auto", torch.device("cpu"), triton=True, rates=None)
 
 
+def _profile(path, source="measured", **rates) -> str:
+    fields = {"enc_gbps": 80.0, "dec_gbps": 80.0, "cpu_crypto_gbps": 5.0, "staging_d2h_gbps": 20.0,
+              "staging_h2d_gbps": 20.0, **rates}
+    crypto = "\n".join(f'{k} = {{ value = {v}, source = "{source}" }}' for k, v in fields.items()
+                       if not k.startswith("staging"))
+    staging = "\n".join(f'{k} = {{ value = {v}, source = "{source}" }}' for k, v in fields.items()
+                        if k.startswith("staging"))
+    path.write_text(f"[profile]\nname = \"gpu\"\n[crypto]\n{crypto}\n[staging]\n{staging}\n")
+    return str(path)
+
+
 def test_rates_come_from_a_calibrated_profile(tmp_path, monkeypatch):
-    path = tmp_path / "profile.json"
-    path.write_text(json.dumps({"device_gbps": 80.0, "staged_gbps": 8.0}))
-    rates = rates_from_profile(str(path))
+    rates = rates_from_profile(_profile(tmp_path / "p.toml"))
     assert rates is not None and rates.faster() is Placement.DEVICE
-    assert rates.device_s_per_byte == pytest.approx(1 / 80e9)
-    path.write_text(json.dumps({"name": "cpu only"}))
-    assert rates_from_profile(str(path)) is None
-    monkeypatch.setenv("CCDDP_PROFILE", str(tmp_path / "missing.json"))
+    assert rates.device_s_per_byte == pytest.approx(2 / 80e9)
+    assert rates.staged_s_per_byte == pytest.approx(2 / 20e9 + 2 / 5e9)
+    slow_engine = rates_from_profile(_profile(tmp_path / "q.toml", enc_gbps=0.5, dec_gbps=0.5))
+    assert slow_engine.faster() is Placement.STAGED
+    assert rates_from_profile(_profile(tmp_path / "r.toml", source="assumed")) is None, "assumed rates decide nothing"
+    monkeypatch.setenv("CCDDP_PROFILE", str(tmp_path / "missing.toml"))
     with pytest.raises(ConfigError, match="CCDDP_PROFILE"):
         rates_from_profile()
     monkeypatch.delenv("CCDDP_PROFILE")

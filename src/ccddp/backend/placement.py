@@ -11,8 +11,8 @@ Two placements (``CommSettings.placement``), the same frames either way:
   relaying for a GPU does, and what NVIDIA's driver does through its bounce buffer.
 
 ``auto`` takes the faster one by a calibrated profile's measured rates
-(``CCDDP_PROFILE``, written by ``ccddp calibrate --device cuda``), and without them the
-device engine when Triton is installed. Ops that ccddp runs on host memory only
+(``CCDDP_PROFILE``: the TOML that ``ccddp calibrate --device cuda --out PATH`` writes), and
+without them the device engine when Triton is installed. Ops that ccddp runs on host memory only
 (all-to-all, gather, scatter, point-to-point messages, the list forms of all-gather and
 reduce-scatter) are always staged.
 
@@ -36,8 +36,8 @@ Example::
 from __future__ import annotations
 
 import enum
-import json
 import os
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,9 +55,9 @@ class Placement(enum.Enum):
 
 @dataclass(frozen=True)
 class PlacementRates:
-    """What decides ``auto``: seconds per byte of a sealed segment on each placement,
-    from a calibrated profile (sealing on the device; or the copy to host, the OpenSSL
-    seal and the copy back)."""
+    """What decides ``auto``: seconds per byte of a large frame, sealed by the sender and
+    opened by the receiver, on each placement (per-call costs left out: ``ccddp.sim``'s
+    placement model has them, for the model's questions)."""
 
     device_s_per_byte: float
     staged_s_per_byte: float
@@ -66,22 +66,36 @@ class PlacementRates:
         return Placement.DEVICE if self.device_s_per_byte <= self.staged_s_per_byte else Placement.STAGED
 
 
+# The profile fields (GB/s) each placement's per-byte cost is made of: the device engine's
+# seal and open; the copy to pinned host memory, OpenSSL's seal and open on a host core,
+# and the copy back.
+_DEVICE_FIELDS = ("enc_gbps", "dec_gbps")
+_STAGED_FIELDS = ("staging_d2h_gbps", "cpu_crypto_gbps", "cpu_crypto_gbps", "staging_h2d_gbps")
+
+
 def rates_from_profile(path: str | None = None) -> PlacementRates | None:
-    """The measured rates of the calibrated profile at ``path`` (default:
-    ``CCDDP_PROFILE``), or None when there is no profile or it measured no device."""
+    """The rates of the calibrated profile (a TOML file, as ``ccddp calibrate --device
+    cuda --out PATH`` writes it) at ``path`` (default: ``CCDDP_PROFILE``), or None when
+    there is none or it did not measure every field both placements need on a device."""
     path = path if path is not None else os.environ.get(PROFILE_ENV, "")
     if not path:
         return None
     try:
-        with open(path) as f:
-            profile = json.load(f)
-    except (OSError, ValueError) as e:
+        with open(path, "rb") as f:
+            sections = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"{PROFILE_ENV}={path}: cannot read a calibrated profile ({e})") from None
-    device = profile.get("device_gbps")
-    staged = profile.get("staged_gbps")
-    if not (isinstance(device, (int, float)) and isinstance(staged, (int, float)) and device > 0 and staged > 0):
-        return None
-    return PlacementRates(1 / (device * 1e9), 1 / (staged * 1e9))
+    fields = {name: entry for section in sections.values() if isinstance(section, dict)
+              for name, entry in section.items() if isinstance(entry, dict)}
+    measured = {}
+    for name in set(_DEVICE_FIELDS + _STAGED_FIELDS):
+        entry = fields.get(name, {})
+        value = entry.get("value")
+        if entry.get("source") != "measured" or not isinstance(value, (int, float)) or not value > 0:
+            return None       # an assumed rate must not steer the choice
+        measured[name] = float(value)
+    return PlacementRates(sum(1 / (measured[f] * 1e9) for f in _DEVICE_FIELDS),
+                          sum(1 / (measured[f] * 1e9) for f in _STAGED_FIELDS))
 
 
 def choose(setting: str, device: torch.device, *, triton: bool, rates: PlacementRates | None) -> Placement:
