@@ -49,6 +49,34 @@ def _force_host_frames(pg) -> None:
     transport._host_buffer = counted
 
 
+def _ddp_matches_one_process(rank: int, n: int, device: str) -> bool:
+    """Plain ``DistributedDataParallel`` on the default group (``device_ids`` on a GPU):
+    three SGD steps equal one process training on every rank's batch at once."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def model() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(device)
+
+    def batch(r: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(100 * step + r)
+        return torch.randn(4, 8, generator=g).to(device), torch.randn(4, 1, generator=g).to(device)
+
+    ddp = DDP(model(), device_ids=[torch.device(device).index] if device.startswith("cuda") else None)
+    ref = model()
+    opt, ref_opt = torch.optim.SGD(ddp.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(3):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        xs, ys = zip(*(batch(r, step) for r in range(n)))
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(ref(torch.cat(xs)), torch.cat(ys)).backward()
+        ref_opt.step()
+    return all(torch.allclose(a, b, atol=1e-5) for a, b in zip(ddp.module.parameters(), ref.parameters()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -118,6 +146,8 @@ def main() -> None:
             got = torch.empty(m, device=device)
             dist.recv(got, src=0)
             checks["send_recv"] = torch.equal(got, everyone[0] + 7)
+
+    checks["ddp"] = _ddp_matches_one_process(rank, n, device)
 
     dist.barrier()
     print(json.dumps({"rank": rank, "backend": dist.get_backend(), "device": str(x.device), "checks": checks,
