@@ -21,6 +21,7 @@ IMPLS = ("gloo", "ring", "secure-naive", "secure")
 ALGORITHMS = ("ring", "tree")
 TAGS = ("segment", "message")
 ALLGATHER_MODES = ("per-link", "group-key")
+PLACEMENTS = ("auto", "device", "staged")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class CommSettings:
       ``"rank"`` (default: every link sealed), ``"node"`` or a list of rank lists. The
       ccddp backend's all-reduce and broadcast run hierarchically over domains,
       plaintext only inside one.
+    - ``placement``: where a CUDA tensor's frames live: ``auto``, ``device`` (sealed on
+      the device by the Triton engine) or ``staged`` (through pinned host memory, OpenSSL).
+      Host tensors ignore it.
     """
 
     impl: str = "secure"
@@ -70,6 +74,7 @@ class CommSettings:
     aead_engine: str = AeadEngine.AUTO.value
     pad_budget_bytes: int = 0
     trust_domains: object = "rank"
+    placement: str = "auto"
 
     def __post_init__(self) -> None:
         # Canonical (hashable) form: a name, or a tuple of tuples of ranks.
@@ -93,6 +98,8 @@ class CommSettings:
         engines = tuple(e.value for e in AeadEngine)
         if self.aead_engine not in engines:
             raise ConfigError(f"aead_engine must be one of {', '.join(engines)}, got {self.aead_engine!r}")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if self.pad_budget_bytes < 0:
             raise ConfigError(f"pad_budget_bytes must be >= 0, got {self.pad_budget_bytes}")
 
