@@ -6,27 +6,38 @@
 # budget (default 470 s, under 8 minutes):
 #   kernels   scripts/compile_device_kernels.py for the GPU's architecture: registers and
 #             spills of every kernel variant (the fastest sign that Triton works here)
-#   tests     the CUDA cases of tests/test_device_aead.py, tests/test_device_channel.py,
-#             tests/test_bounce.py (the input path opened on the GPU) and tests/test_calibrate.py
-#             (calibrate --device cuda --fast)
+#   tests     the CUDA cases of tests/test_device_aead.py, test_device_channel.py,
+#             test_backend_cuda.py, test_bounce.py (the input path opened on the GPU),
+#             test_calibrate.py (calibrate --device cuda --fast) and test_pads.py
+#   collectives-device, collectives-staged
+#             ccddp bench collectives --device cuda: 2 ranks on the one GPU, 64 MiB, gloo
+#             with CUDA tensors beside the ccddp backend with each placement
+#   train     ccddp train --device cuda on 1 rank: CC-off and CC-on in turns (bert-base,
+#             a few iterations); they differ by the input's bounce path alone
+#   calibrate ccddp calibrate --device cuda (skipped, and logged, where it has no --device)
 #   bench-*   ccddp bench channel --device cuda at 4 KiB .. 64 MiB: seal and open with and
 #             without pads, beside a device-to-device copy and OpenSSL on the host
 # A step that fails or times out is recorded and the next one runs. Files, all at the top
 # of $OUT (default runs/gpu-check), at most 8:
-#   gpu-check.log  env.json  kernels.json  tests.xml  bench.json  summary.json
-# summary.json (every step: command, status, exit code, seconds) is rewritten after each
-# step, so it exists also when the check is cut short.
+#   gpu-check.log  env.json  kernels.json  tests.xml  cuda-runs.json  bench.json  summary.json
+# cuda-runs.json holds the results of collectives-*, train and calibrate. It and
+# summary.json (every step: command, status, exit code, seconds) are rewritten after each
+# step, so they exist also when the check is cut short.
 #
 #   bash scripts/gpu_check.sh                   # on the GPU machine
 #   bash scripts/gpu_check.sh --dry-run         # rehearsal without a GPU: the same steps,
 #                                               # the CUDA parts skip or say there is no GPU
-#   bash scripts/gpu_check.sh --only bench      # some steps (kernels, tests, bench)
+#                                               # (the commands' arguments are still checked)
+#   bash scripts/gpu_check.sh --only bench      # some steps (kernels, tests, collectives,
+#                                               # train, calibrate, bench)
 #
 # Environment: OUT (results folder), PYTHON (default python3), CCDDP_GPU_CHECK_DRY_RUN=1
 # (same as --dry-run), CCDDP_GPU_CHECK_BUDGET_S (default 470),
 # CCDDP_GPU_CHECK_SIZES (default 4K,64K,1M,16M,64M), CCDDP_GPU_CHECK_PYTEST_ARGS (added to
-# pytest's, e.g. "-n 4"), CCDDP_GPU_WHEELS (default .whl), CCDDP_GPU_SITE (where the wheels
-# go; default a fresh temporary folder).
+# pytest's, e.g. "-n 4"), CCDDP_GPU_CHECK_COLLECTIVE_SIZE (default 64M),
+# CCDDP_GPU_CHECK_WORKLOAD (default bert-base), CCDDP_GPU_CHECK_CALIBRATE_ARGS (default
+# --fast), CCDDP_GPU_WHEELS (default .whl), CCDDP_GPU_SITE (where the wheels go; default a
+# fresh temporary folder).
 #
 # Exit: 0 every step ok; 1 a step failed or timed out; 2 the environment cannot run the check
 # (one line says why: no GPU, no Triton, cryptography not importable, torch too old, ...).
@@ -36,7 +47,8 @@ cd "$(dirname "$0")/.."
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 DRY_RUN=${CCDDP_GPU_CHECK_DRY_RUN:-0}
-ONLY="kernels,tests,bench"
+STEP_GROUPS="kernels,tests,collectives,train,calibrate,bench"
+ONLY=$STEP_GROUPS
 while (($#)); do
     case $1 in
         --dry-run) DRY_RUN=1 ;;
@@ -49,8 +61,8 @@ while (($#)); do
 done
 [[ $DRY_RUN == 0 || $DRY_RUN == 1 ]] || DRY_RUN=1
 for s in ${ONLY//,/ }; do
-    if [[ $s != kernels && $s != tests && $s != bench ]]; then
-        echo "gpu_check: --only takes kernels, tests, bench; not $s" >&2
+    if [[ ,$STEP_GROUPS, != *,$s,* ]]; then
+        echo "gpu_check: --only takes ${STEP_GROUPS//,/, }; not $s" >&2
         exit 2
     fi
 done
@@ -59,13 +71,16 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-runs/gpu-check}
 BUDGET=${CCDDP_GPU_CHECK_BUDGET_S:-470}
 SIZES=${CCDDP_GPU_CHECK_SIZES:-4K,64K,1M,16M,64M}
+COLLECTIVE_SIZE=${CCDDP_GPU_CHECK_COLLECTIVE_SIZE:-64M}
+WORKLOAD=${CCDDP_GPU_CHECK_WORKLOAD:-bert-base}
+CALIBRATE_ARGS=${CCDDP_GPU_CHECK_CALIBRATE_ARGS---fast}
 WHEELS=${CCDDP_GPU_WHEELS:-.whl}
 RESERVE=10          # seconds kept back for the bench merge and the summary
 MIN_STEP=15         # a step given less than this would only time out: it is not started
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 # Only the files this check writes are replaced: $OUT may be a folder that holds others.
-rm -f "$OUT"/{gpu-check.log,env.json,kernels.json,tests.xml,bench.json,summary.json}
+rm -f "$OUT"/{gpu-check.log,env.json,kernels.json,tests.xml,cuda-runs.json,bench.json,summary.json}
 LOG=$OUT/gpu-check.log
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ccddp-gpu-check.XXXXXX")
 SITE=${CCDDP_GPU_SITE:-$WORK/site}
@@ -93,6 +108,18 @@ record() {  # name status rc seconds timeout note command...
 
 selected() {  # the step group of a step name (bench-4K -> bench) is in --only
     [[ ,$ONLY, == *,${1%%-*},* ]]
+}
+
+# Put before a command that needs a GPU: nothing on the GPU machine; in a dry run
+# `gpu_check_tools.py no-gpu --`, which runs the command and takes its one-line "needs a
+# CUDA GPU" refusal (exit 2, after every argument was checked) as a pass, so a rehearsal
+# still catches a mistyped option. (An array, not a function: `timeout` runs programs.)
+ON_GPU=()
+[[ $DRY_RUN == 1 ]] && ON_GPU=("$PY" scripts/gpu_check_tools.py no-gpu --)
+
+merge_runs() {  # $1: the step just run; cuda-runs.json from what those steps left so far
+    "$PY" scripts/gpu_check_tools.py runs --dir "$WORK" --out "$OUT/cuda-runs.json" --step "$1" 2>&1 \
+        | tee -a "$LOG" || log "runs: could not merge the results"
 }
 
 # run_step NAME CAP_S COMMAND...: run it under `timeout` (its cap or what is left of the
@@ -167,7 +194,8 @@ LAST_RC=0
 run_step env 60 "$PY" scripts/gpu_check_tools.py env "${env_flags[@]}"
 if ((LAST_RC != 0)); then
     why=$(grep -h '^gpu_check: cannot run' "$WORK/env.out" 2>/dev/null || true)
-    for s in kernels tests $(tr ',' ' ' <<<"$SIZES" | sed 's/[^ ]*/bench-&/g'); do
+    for s in kernels tests collectives-device collectives-staged train calibrate \
+        $(tr ',' ' ' <<<"$SIZES" | sed 's/[^ ]*/bench-&/g'); do
         record "$s" skipped "" 0 "" "not run: the environment check failed" ""
     done
     write_summary 1
@@ -184,13 +212,54 @@ else
 fi
 
 # -- tests: the CUDA cases (ids ending in -cuda / [cuda]; without a GPU they skip) --------
+# Every file with CUDA cases that this tree has (some arrive with other branches).
+test_files=()
+for f in tests/test_device_aead.py tests/test_device_channel.py tests/test_backend_cuda.py \
+    tests/test_bounce.py tests/test_calibrate.py tests/test_pads.py; do
+    if [[ -f $f ]]; then test_files+=("$f"); else log "tests: $f is not in this tree: its CUDA cases are left out"; fi
+done
 if selected tests; then
     # shellcheck disable=SC2086  # extra pytest arguments are words on purpose
     run_step tests 180 "$PY" -m pytest -q -p no:cacheprovider -k cuda --timeout 120 \
-        --junitxml "$OUT/tests.xml" ${CCDDP_GPU_CHECK_PYTEST_ARGS:-} \
-        tests/test_device_aead.py tests/test_device_channel.py tests/test_bounce.py tests/test_calibrate.py
+        --junitxml "$OUT/tests.xml" ${CCDDP_GPU_CHECK_PYTEST_ARGS:-} "${test_files[@]}"
 else
     record tests skipped "" 0 "" "not selected (--only $ONLY)" ""
+fi
+
+# -- collectives: 2 ranks sharing the GPU, gloo beside the ccddp backend, per placement ---
+# --timeout: a peer that never answers fails the step in 30 s instead of using its cap.
+for placement in device staged; do
+    if selected collectives; then
+        run_step "collectives-$placement" 60 ${ON_GPU[@]+"${ON_GPU[@]}"} "$PY" -m ccddp.cli bench collectives --device cuda \
+            --placement "$placement" --world-size 2 --impl gloo,secure --sizes "$COLLECTIVE_SIZE" --timeout 30 \
+            --json "$WORK/collectives-$placement.json"
+        merge_runs "collectives-$placement"
+    else
+        record "collectives-$placement" skipped "" 0 "" "not selected (--only $ONLY)" ""
+    fi
+done
+
+# -- train: one rank, CC-off and CC-on taking turns (only the input's bounce path differs)
+if selected train; then
+    run_step train 75 ${ON_GPU[@]+"${ON_GPU[@]}"} "$PY" -m ccddp.cli train --device cuda --world-size 1 --workload "$WORKLOAD" \
+        --cc off,on --steps 8 --warmup 2 --timeout 30 --json "$WORK/train.json"
+    merge_runs train
+else
+    record train skipped "" 0 "" "not selected (--only $ONLY)" ""
+fi
+
+# -- calibrate: this GPU's profile, where ccddp calibrate measures a device ---------------
+if ! selected calibrate; then
+    record calibrate skipped "" 0 "" "not selected (--only $ONLY)" ""
+elif ! "$PY" scripts/gpu_check_tools.py has-option calibrate device 2>>"$LOG"; then
+    note="ccddp calibrate has no --device option in this tree: nothing to calibrate on the GPU"
+    log "== calibrate: skipped: $note"
+    record calibrate skipped "" 0 "" "$note" "$PY -m ccddp.cli calibrate --device cuda"
+else
+    # shellcheck disable=SC2086  # extra calibrate arguments are words on purpose
+    run_step calibrate 75 ${ON_GPU[@]+"${ON_GPU[@]}"} "$PY" -m ccddp.cli calibrate --device cuda $CALIBRATE_ARGS \
+        --out "$WORK/calibrate.toml" --json "$WORK/calibrate.json"
+    merge_runs calibrate
 fi
 
 # -- bench: seal/open GB/s with and without pads, beside a device copy -------------------

@@ -9,6 +9,15 @@
     python3 scripts/gpu_check_tools.py bench --dir DIR --out bench.json
         merge the per-size results of ``ccddp bench channel --device cuda`` into one file,
         with the 64 MiB rows set against the engine's targets.
+    python3 scripts/gpu_check_tools.py runs --dir DIR --out cuda-runs.json [--step NAME]
+        merge what the collectives-*, train and calibrate steps left in DIR (exit code, last
+        line, JSON result, calibrated profile) into one file; print step NAME's results.
+    python3 scripts/gpu_check_tools.py has-option COMMAND NAME
+        exit 0 if ``ccddp COMMAND`` takes the option --NAME itself (not a longer option that
+        starts with it, which argparse would also accept), else 1.
+    python3 scripts/gpu_check_tools.py no-gpu -- COMMAND...
+        a dry run's stand-in for a command that needs a GPU: run it; its one-line refusal
+        for want of a GPU (exit 2) passes, as does exit 0; anything else keeps its status.
     python3 scripts/gpu_check_tools.py summary --steps steps.tsv --out summary.json ...
         every step's command, status, exit code and seconds, as JSON.
 
@@ -33,6 +42,10 @@ import sys
 TORCH_MIN = (2, 11)
 #: Rates the engine is meant to reach at 64 MiB on an H100 (GB/s of plaintext).
 TARGETS_64M = {"seal": 50.0, "open": 50.0, "seal_pad": 100.0, "open_pad": 100.0}
+#: The steps whose results cuda-runs.json gathers, each with the files it writes.
+RUN_STEPS = ("collectives-device", "collectives-staged", "train", "calibrate")
+#: How a command refuses --device cuda without a GPU (ccddp.bench.devices.require_cuda).
+NO_GPU_LINE = re.compile(r"needs a CUDA GPU|no CUDA (GPU|device)", re.IGNORECASE)
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -225,6 +238,89 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _step_files(directory: str, name: str) -> dict:
+    """A step's exit code and last output line, and its JSON result if it wrote one."""
+    row: dict = {"rc": None, "line": None, "measured": False, "result": None}
+    for ext in ("rc", "out"):
+        path = os.path.join(directory, f"{name}.{ext}")
+        if os.path.exists(path):
+            with open(path, errors="replace") as f:
+                text = f.read()
+            if ext == "rc":
+                row["rc"] = int(text.strip() or -1)
+            else:
+                lines = [line for line in text.splitlines() if line.strip()]
+                row["line"] = lines[-1] if lines else None
+    path = os.path.join(directory, f"{name}.json")
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                row["result"] = json.load(f)
+            row["measured"] = True
+        except (OSError, json.JSONDecodeError) as e:   # a result cut off mid-write
+            row["line"] = f"{name}.json unreadable: {e}"
+    return row
+
+
+def _run_lines(name: str, row: dict) -> list[str]:
+    """What one step measured, a line per result."""
+    result = row["result"]
+    if not row["measured"]:
+        return [f"  {name}: not measured (exit {row['rc']}): {row['line']}"]
+    if name.startswith("collectives"):
+        return [f"  {name}: {r['impl']} ({r.get('backend')}, {r.get('device')}) {r['bytes'] >> 20} MiB "
+                f"{r['op']}: {r['time_us'] / 1e3:.1f} ms, busbw {r['busbw_gbps']:.2f} GB/s"
+                + (f", {r['paired_ratios']['gloo']:.2f}x gloo" if "gloo" in r.get("paired_ratios", {}) else "")
+                + (f", {r['wrong']} WRONG" if r["wrong"] else "") for r in result.get("rows", [])]
+    if name == "train":
+        return [f"  train: {r['workload']} {r['variant']} ({r.get('backend')}, {r.get('device')}): median "
+                f"{r['summary']['total_ms']:.1f} ms/iter, bounce {r['summary']['bounce_ms']:.1f} ms"
+                for r in result.get("runs", [result])]
+    return [f"  {name}: written ({', '.join(sorted(result)[:6])} ...)"]
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    steps = {}
+    for name in RUN_STEPS:
+        row = _step_files(args.dir, name)
+        profile = os.path.join(args.dir, f"{name}.toml")
+        if os.path.exists(profile):
+            with open(profile, errors="replace") as f:
+                row["profile_toml"] = f.read()
+        if row["rc"] is not None or row["measured"]:
+            steps[name] = row
+    with open(args.out, "w") as f:
+        json.dump({"schema": "ccddp.gpu-check-runs/1", "steps": steps}, f, indent=2)
+    for name, row in steps.items():
+        if args.step in (None, name):
+            for line in _run_lines(name, row):
+                print(line)
+    return 0
+
+
+def cmd_has_option(args: argparse.Namespace) -> int:
+    from ccddp.cli import build_parser
+
+    parser = build_parser([args.command])
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return 0 if f"--{args.name}" in commands.choices[args.command]._option_string_actions else 1
+
+
+def cmd_no_gpu(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("gpu_check: no-gpu needs a command after --", file=sys.stderr)
+        return 2
+    done = subprocess.run(command, capture_output=True, text=True)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    if done.returncode == 2 and len(errors) == 1 and NO_GPU_LINE.search(errors[0]):
+        print(f"gpu_check: dry run, its arguments accepted: {errors[0]}")
+        return 0
+    return done.returncode
+
+
 def cmd_summary(args: argparse.Namespace) -> int:
     steps = []
     if os.path.exists(args.steps):
@@ -264,6 +360,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", required=True)
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("runs", help="merge the collectives, train and calibrate results")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--step", default=None, help="print this step's results (default: every step's)")
+    p.set_defaults(func=cmd_runs)
+    p = sub.add_parser("has-option", help="whether a ccddp command takes an option")
+    p.add_argument("command")
+    p.add_argument("name", help="the option without its dashes, e.g. device")
+    p.set_defaults(func=cmd_has_option)
+    p = sub.add_parser("no-gpu", help="a dry run's stand-in for a command that needs a GPU")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_no_gpu)
     p = sub.add_parser("summary", help="write summary.json from the steps file")
     p.add_argument("--steps", required=True)
     p.add_argument("--out", required=True)

@@ -5,7 +5,9 @@ one-line stop when the check cannot run, and the files it leaves (at most 8, all
 top of OUT, names the device tool brings back).
 
 On a machine with a GPU the same script runs the CUDA tests and benchmarks; here their
-CUDA cases skip ("no GPU") and ``bench channel --device cuda`` says it has no device.
+CUDA cases skip ("no GPU"), ``bench channel --device cuda`` says it has no device, and the
+commands that refuse ``--device cuda`` without a GPU (bench collectives, train) are run
+for their argument checks only: their one-line refusal passes a dry run.
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 WHEELS = ROOT / ".whl"
 SIZES = ["4K", "64K", "1M", "16M", "64M"]
-STEPS = ["wheels", "env", "kernels", "tests"] + [f"bench-{s}" for s in SIZES]
-FILES = {"gpu-check.log", "env.json", "kernels.json", "tests.xml", "bench.json", "summary.json"}
+RUN_STEPS = ["collectives-device", "collectives-staged", "train", "calibrate"]
+STEPS = ["wheels", "env", "kernels", "tests", *RUN_STEPS] + [f"bench-{s}" for s in SIZES]
+FILES = {"gpu-check.log", "env.json", "kernels.json", "tests.xml", "cuda-runs.json", "bench.json", "summary.json"}
+#: Files with CUDA cases the tests step runs, where the tree has them.
+CUDA_TEST_FILES = ["tests/test_device_aead.py", "tests/test_device_channel.py", "tests/test_backend_cuda.py",
+                   "tests/test_bounce.py", "tests/test_pads.py"]
 #: What the device tool brings back from OUT: names of letters, digits, '.', '_', '-'.
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -82,7 +88,18 @@ def test_dry_run_runs_every_step_and_records_it(tmp_path):
             assert s["rc"] == 0 and s["command"] and 0 < s["timeout_s"] <= 180, s
     assert steps["tests"]["command"].split()[1:4] == ["-m", "pytest", "-q"]
     assert "-k cuda" in steps["tests"]["command"] and f"--junitxml {out / 'tests.xml'}" in steps["tests"]["command"]
+    assert [f for f in steps["tests"]["command"].split() if f.startswith("tests/")] == \
+        [f for f in CUDA_TEST_FILES if (ROOT / f).exists()]
     assert all(f"bench channel --device cuda --size {s} " in steps[f"bench-{s}"]["command"] for s in SIZES)
+    for placement in ("device", "staged"):
+        command = steps[f"collectives-{placement}"]["command"]
+        assert (f"-m ccddp.cli bench collectives --device cuda --placement {placement} --world-size 2 "
+                "--impl gloo,secure --sizes 64M ") in command, command
+    assert "-m ccddp.cli train --device cuda --world-size 1 --workload bert-base --cc off,on " in \
+        steps["train"]["command"]
+    if not torch.cuda.is_available():       # the refusal for want of a GPU is what passed
+        assert all("scripts/gpu_check_tools.py no-gpu -- " in steps[n]["command"] for n in RUN_STEPS[:3])
+    _check_calibrate_step(steps["calibrate"])
 
     env = json.loads((out / "env.json").read_text())
     assert env["torch"] == torch.__version__
@@ -105,8 +122,18 @@ def test_dry_run_runs_every_step_and_records_it(tmp_path):
     suite = ET.parse(out / "tests.xml").getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     assert int(suite.get("tests")) > 200 and int(suite.get("failures")) == int(suite.get("errors")) == 0
+    if not torch.cuda.is_available():       # all but the commands' own checks of a missing GPU
+        assert int(suite.get("tests")) - int(suite.get("skipped")) <= 3
+
+    runs = json.loads((out / "cuda-runs.json").read_text())
+    assert runs["schema"] == "ccddp.gpu-check-runs/1"
+    assert set(runs["steps"]) == set(RUN_STEPS[:3]) | ({"calibrate"} if steps["calibrate"]["status"] == "ok" else set())
     if not torch.cuda.is_available():
-        assert int(suite.get("skipped")) == int(suite.get("tests")) - 1      # all but the bench command's test
+        for name in RUN_STEPS[:3]:
+            row = runs["steps"][name]
+            assert row["rc"] == 0 and not row["measured"], row
+            assert row["line"].startswith("gpu_check: dry run, its arguments accepted: ccddp: error: "), row
+            assert "--device cuda needs a CUDA GPU" in row["line"], row
 
     bench = json.loads((out / "bench.json").read_text())
     assert [b["size"] for b in bench["sizes"]] == SIZES
@@ -119,6 +146,21 @@ def test_dry_run_runs_every_step_and_records_it(tmp_path):
     assert all(f"== {name}" in log for name in STEPS if steps[name]["status"] == "ok")
 
 
+def _check_calibrate_step(step: dict) -> None:
+    """``ccddp calibrate --device cuda`` runs where calibrate has the option; where it has
+    not, the step is skipped, named, and not a failure."""
+    import argparse
+
+    from ccddp.cli import build_parser
+
+    parser = build_parser(["calibrate"])
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if "--device" in commands.choices["calibrate"]._option_string_actions:
+        assert step["status"] == "ok" and "-m ccddp.cli calibrate --device cuda " in step["command"], step
+    else:
+        assert step["status"] == "skipped" and "no --device option" in step["note"], step
+
+
 def test_a_failed_step_is_recorded_and_the_next_ones_run(tmp_path):
     """A size the bench refuses fails its step; the size after it still runs; the steps
     left out by --only are recorded as such; a missing wheel folder is named, not fatal."""
@@ -129,11 +171,11 @@ def test_a_failed_step_is_recorded_and_the_next_ones_run(tmp_path):
     summary = _summary(tmp_path)
     assert summary["complete"] and not summary["ok"]
     steps = _steps(summary)
-    assert list(steps) == ["wheels", "env", "kernels", "tests", "bench-1Q", "bench-4K"]
+    assert list(steps) == ["wheels", "env", "kernels", "tests", *RUN_STEPS, "bench-1Q", "bench-4K"]
     assert steps["wheels"]["status"] == "skipped" and "no wheel folder" in steps["wheels"]["note"]
     assert "bash scripts/gpu_wheels.sh" in steps["wheels"]["note"]
-    assert steps["kernels"]["status"] == steps["tests"]["status"] == "skipped"
-    assert steps["kernels"]["note"].startswith("not selected")
+    for name in ["kernels", "tests", *RUN_STEPS]:
+        assert steps[name]["status"] == "skipped" and steps[name]["note"].startswith("not selected"), name
     assert steps["bench-1Q"]["status"] == "failed" and steps["bench-1Q"]["rc"] == 2
     assert steps["bench-4K"]["status"] == "ok"
     assert _check_files(tmp_path / "out") <= FILES

@@ -56,6 +56,8 @@ class Plan:
     budget_s: float | None = None
     precision: float | None = None
     trust_domains: str = "rank"    # as --trust-domains gives it: a name or a JSON list
+    device: str = "cpu"            # where every launch trains: cpu or cuda
+    placement: str = "auto"        # with cuda: where CC-on seals a CUDA tensor's frames
 
     def overrides(self, workload: str) -> dict:
         return QUICK_SHAPES.get(workload, {}) if self.quick and self.size == "default" else {}
@@ -67,7 +69,8 @@ class Plan:
         return {"workloads": self.workloads, "world_sizes": self.world_sizes, "schedules": self.schedules,
                 "steps": self.steps, "warmup": self.warmup, "budget_s": self.budget_s,
                 "precision": self.precision, "size": self.size,
-                "quick": self.quick, "trust_domains": self.trust_domains}
+                "quick": self.quick, "trust_domains": self.trust_domains, "device": self.device,
+                "placement": self.placement}
 
 
 def load(path: str) -> dict | None:
@@ -124,7 +127,8 @@ def train_args(plan: Plan, workload: str, json_path: str, timeout_s: float) -> l
     """``ccddp.bench.train`` arguments: every variant of ``workload`` in one launch, in turns."""
     args = ["--workload", workload, "--size", plan.size, "--cc", "off,on", "--schedule", ",".join(plan.schedules),
             "--steps", str(plan.steps), "--warmup", str(plan.warmup), "--block", str(FULL_BLOCK),
-            "--trust-domains", plan.trust_domains, "--json", json_path, "--timeout", str(timeout_s)]
+            "--trust-domains", plan.trust_domains, "--device", plan.device, "--placement", plan.placement,
+            "--json", json_path, "--timeout", str(timeout_s)]
     if plan.budget_s:
         args += ["--budget", str(plan.budget_s)]
         if plan.precision:
@@ -178,6 +182,10 @@ def characterize(plan: Plan, out_dir: str, *, timeout_s: float = 600.0, progress
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "results.json")
     data = load(path) or new_results(plan)
+    held = data.get("config", {}).get("device", "cpu")
+    if data["runs"] and held != plan.device:
+        # Resuming merges runs by workload and world size: one folder, one device.
+        raise ConfigError(f"{path} holds runs on {held}; give --device {plan.device} another --out")
     data["config"] = plan.as_dict()
     missing = [w for w in plan.workloads if w not in data["buckets"]]
     if missing:

@@ -4,7 +4,10 @@ Each rank fills its buffer with values whose sum is known in closed form, so eve
 result is checked (``#wrong``) without a second collective. The implementations take
 turns call by call, so besides each one's median time every row carries its median
 per-iteration ratio to every other (``paired_ratios``), which the machine's drift between
-seconds does not move. Run under torchrun
+seconds does not move. With ``--device cuda`` the buffers live on each rank's GPU and
+every implementation is a torch.distributed group (gloo with CUDA tensors; the ccddp
+backend, with ``--placement``, for the secure ones), each call timed to the end of its
+device work. Run under torchrun
 (``python -m ccddp.bench.collectives --sizes 1M ...``) or through the CLI, which
 launches the ranks itself.
 """
@@ -19,6 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ccddp.bench.devices import describe, rank_device, synchronize
 from ccddp.bench.machine import machine_info, process_cpu_seconds
 from ccddp.bench.options import (BACKEND_IMPL, DTYPE_NAMES, OPS, build_collectives_parser,  # noqa: F401
                                  check_collectives, parse_size, trust_domains_setting)
@@ -44,20 +48,23 @@ def _pattern(numel: int, rank: int, dtype: torch.dtype) -> torch.Tensor:
 
 class _BackendGroup:
     """A ccddp backend group over every rank with the engine's settings and a trust-domain
-    map; its counters are the backend's (the shard ring's across domains included)."""
+    map; its counters are the backend's (the shard ring's across domains included). With
+    ``backend="gloo"``: torch's own gloo group, plaintext, nothing sealed (the CC-off
+    reference on CUDA tensors)."""
 
-    def __init__(self, settings: CommSettings) -> None:
+    def __init__(self, settings: CommSettings, backend: str = "ccddp") -> None:
         from datetime import timedelta
 
         from ccddp.backend import Options
 
-        self.pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=settings.timeout_s),
-                                 pg_options=Options(settings=settings))
+        options = {"pg_options": Options(settings=settings)} if backend == "ccddp" else {}
+        self.pg = dist.new_group(backend=backend, timeout=timedelta(seconds=settings.timeout_s), **options)
+        self.backend = backend
         self.settings = settings
         self.counters = self  # read like a SecureGroup's: counters.snapshot()
 
     def snapshot(self) -> dict:
-        return self.pg.crypto_counters()
+        return self.pg.crypto_counters() if self.backend == "ccddp" else CryptoCounters().snapshot()
 
     def close(self) -> None:
         pass  # the group lives until destroy_process_group
@@ -69,8 +76,10 @@ class _Case:
     kernel zero and reclaim pages during the timed calls that follow. Every
     implementation runs on the same buffers."""
 
-    def __init__(self, op: str, n: int, r: int, numel: int, dtype: torch.dtype) -> None:
+    def __init__(self, op: str, n: int, r: int, numel: int, dtype: torch.dtype,
+                 device: torch.device = torch.device("cpu")) -> None:
         self.op = op
+        self.device = device
         base = torch.arange(numel) % 7
         if op == "all_reduce":
             self.src = _pattern(numel, r, dtype)
@@ -90,7 +99,11 @@ class _Case:
             self.src = _pattern(numel, r, dtype)
             self.buf = torch.empty_like(self.src)
             self.expect = _pattern(numel, 0, dtype)
-        self.diff = torch.empty(self.expect.numel(), dtype=torch.bool)
+        if device.type != "cpu":  # made on the host (the same values), then moved once
+            for name in ("src", "buf", "expect", "inp"):
+                if hasattr(self, name):
+                    setattr(self, name, getattr(self, name).to(device))
+        self.diff = torch.empty(self.expect.numel(), dtype=torch.bool, device=device)
 
     def fill(self) -> None:
         """Refill the buffers the call reads and writes."""
@@ -122,6 +135,7 @@ class _Case:
             all_gather(self.buf, self.inp, g)
         else:
             broadcast(self.buf, 0, g)
+        synchronize(self.device)
         return time.perf_counter() - t0, process_cpu_seconds() - c0
 
     def wrong(self) -> int:
@@ -171,6 +185,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
     """Time every (op, size) with the implementations taking turns: each iteration calls
     each implementation once, in ``--impl`` order, after a barrier."""
     n, rank = dist.get_world_size(), dist.get_rank()
+    device = rank_device(args.device)
     dtype = DTYPES[args.dtype]
     itemsize = torch.empty(0, dtype=dtype).element_size()
     # Per-rank results (times, wrong-element counts) travel sealed on a group of their
@@ -180,8 +195,14 @@ def bench(args: argparse.Namespace) -> list[dict]:
     for impl in args.impl.split(","):
         settings = CommSettings(impl="secure" if impl == BACKEND_IMPL else impl, algorithm=args.algorithm,
                                 segment_bytes=int(args.segment_mb * (1 << 20)), tag=args.tag, chains=args.chains,
-                                allgather=args.allgather, timeout_s=args.timeout)
-        if impl == BACKEND_IMPL:
+                                allgather=args.allgather, timeout_s=args.timeout, placement=args.placement)
+        if device.type == "cuda":
+            # The engine's groups take host tensors: on a GPU every implementation is a
+            # torch.distributed group, as a user's script would call it.
+            domains = trust_domains_setting(args.trust_domains) if impl == BACKEND_IMPL else "rank"
+            groups[impl] = _BackendGroup(settings.with_(trust_domains=domains),
+                                         backend="gloo" if impl == "gloo" else "ccddp")
+        elif impl == BACKEND_IMPL:
             groups[impl] = _BackendGroup(settings.with_(trust_domains=trust_domains_setting(args.trust_domains)))
         else:
             groups[impl] = SecureGroup(settings, transport=Transport.open(None, settings.timeout_s))
@@ -191,7 +212,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
             numel = max(n, parse_size(size) // itemsize)
             if op in ("reduce_scatter", "all_gather"):
                 numel -= numel % n
-            case = _Case(op, n, rank, numel, dtype)
+            case = _Case(op, n, rank, numel, dtype, device)
             times = {impl: [] for impl in groups}
             cpus = {impl: [] for impl in groups}
             wrong = dict.fromkeys(groups, 0)
@@ -221,6 +242,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
                 rows.append(_row(args, op, impl, g, n, rank, numel, itemsize, [r[impl] for r in everyone],
                                  before[impl], paired_ratios(slowest, impl)))
                 rows[-1]["paired_ratio_intervals"] = paired_intervals(slowest, impl)
+                rows[-1].update(_where(device, g))
     for g in [*groups.values(), report]:
         g.close()
     return rows
@@ -255,6 +277,15 @@ def _row(args, op: str, impl: str, g: SecureGroup, n: int, rank: int, numel: int
         "settings": g.settings.as_dict(), "iters": it, "warmup": args.warmup,
         "rank": rank,
     }
+
+
+def _where(device: torch.device, g) -> dict:
+    """Where a row ran: the device (and GPU), the torch.distributed backend that carried
+    it, and the placement of its frames (CUDA tensors, CC-on only)."""
+    backend = getattr(g, "backend", None) or {"gloo": "gloo", "ring": "ccddp engine, plaintext"}.get(
+        g.settings.impl, "ccddp engine")
+    placement = g.settings.placement if device.type == "cuda" and g.settings.secure else None
+    return {**describe(device), "backend": backend, "placement": placement}
 
 
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:

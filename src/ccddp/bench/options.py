@@ -42,6 +42,16 @@ IMPL_NAMES = ("gloo", "ring", "secure-naive", "secure")
 #: ``ccddp bench collectives``' name for the ccddp backend itself, hierarchical over
 #: ``--trust-domains`` (not an engine implementation: what a user's dist.all_reduce runs).
 BACKEND_IMPL = "secure-domains"
+#: Where a run's tensors live (``--device``), and where CC-on seals a CUDA tensor's frames
+#: (``--placement``: ``ccddp.comm.settings.PLACEMENTS``, which imports torch; a test keeps
+#: the two equal).
+DEVICES = ("cpu", "cuda")
+PLACEMENTS = ("auto", "device", "staged")
+#: ``ccddp bench collectives --impl`` when none is given, per device: on CUDA tensors the
+#: engine's plaintext ring (host memory only) does not run.
+DEFAULT_IMPLS = {"cpu": "gloo,ring,secure-naive,secure", "cuda": "gloo,secure"}
+#: Implementations that take CUDA tensors: torch.distributed groups (gloo, the ccddp backend).
+CUDA_IMPLS = ("gloo", "secure-naive", "secure", BACKEND_IMPL)
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,32 @@ def _split(text: str, flag: str, allowed: tuple[str, ...]) -> list[str]:
     if not items or len(set(items)) != len(items):
         raise ConfigError(f"{flag} {text!r}: give each of {', '.join(allowed)} at most once")
     return items
+
+
+def add_device_options(p: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--placement``, the same on every measuring command."""
+    p.add_argument("--device", default="cpu", choices=DEVICES,
+                   help="where models, batches and buffers live: cpu (host memory, gloo), or cuda (rank r on "
+                        "GPU r %% GPUs; several ranks may share one GPU)")
+    p.add_argument("--placement", default="auto", choices=PLACEMENTS,
+                   help="with --device cuda, where CC-on seals a CUDA tensor's frames: device (in device "
+                        "memory, by the Triton engine; the ciphertext goes through host memory), staged "
+                        "(copied to pinned host memory and sealed there by OpenSSL), or auto (ccddp "
+                        "chooses)")
+
+
+def min_world_size(device: str) -> int:
+    """The fewest ranks a training comparison runs on: 2 on CPU ranks (a gradient must
+    cross a link to cost anything), 1 on a GPU (CC-on and CC-off then differ by the input
+    batch's bounce path alone, sealed on the host and opened on the device)."""
+    return 1 if device == "cuda" else 2
+
+
+def check_device_options(args: argparse.Namespace) -> None:
+    """``--placement`` says where a CUDA tensor's frames are sealed: with host tensors it
+    would silently do nothing, so it is refused."""
+    if args.device != "cuda" and args.placement != "auto":
+        raise ConfigError(f"--placement {args.placement} places CUDA tensors' frames: it needs --device cuda")
 
 
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
@@ -138,6 +174,7 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--trust-domains", default="rank", metavar="MAP",
                    help="which ranks share a trust boundary (CC-on: all-reduces plaintext inside a domain, "
                         "sealed across): rank (default: every rank its own), node, or a JSON list of rank lists")
+    add_device_options(p)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any rank may wait on a peer")
     p.add_argument("--json", default=None, help="write the results here")
     return p
@@ -175,6 +212,7 @@ def check(args: argparse.Namespace) -> list[Variant]:
     if args.block < 1:
         raise ConfigError("--block must be >= 1")
     trust_domains_setting(args.trust_domains)
+    check_device_options(args)
     return variants
 
 
@@ -203,8 +241,10 @@ def build_collectives_parser(add_help: bool = True) -> argparse.ArgumentParser:
                     "implementation and, for secure rows, the additive floor: the first's time plus the "
                     "row's AES-GCM bytes at this machine's measured rate.")
     p.add_argument("--sizes", default="1M,64M", help="comma list of buffer sizes, e.g. 1M,64M")
-    p.add_argument("--impl", default="gloo,ring,secure-naive,secure",
-                   help="comma list of implementations; the first is the reference of the ratio columns")
+    p.add_argument("--impl", default=None,
+                   help="comma list of implementations; the first is the reference of the ratio columns "
+                        f"(default: {DEFAULT_IMPLS['cpu']}; {DEFAULT_IMPLS['cuda']} with --device cuda, where "
+                        "secure and secure-naive run through the ccddp backend and gloo takes CUDA tensors)")
     p.add_argument("--ops", default="all_reduce", help=f"comma list of {', '.join(OPS)}")
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES, help="element type")
     p.add_argument("--algorithm", default="ring", choices=["ring", "tree"], help="secure/ring algorithm")
@@ -219,6 +259,7 @@ def build_collectives_parser(add_help: bool = True) -> argparse.ArgumentParser:
                    help="which ranks share a trust boundary, for the implementation 'secure-domains' (the "
                         "ccddp backend, hierarchical over the domains): rank (every rank its own), node, or a "
                         "JSON list of rank lists such as [[0,1],[2,3]]")
+    add_device_options(p)
     p.add_argument("--iters", type=int, default=10, help="measured calls per implementation and size")
     p.add_argument("--warmup", type=int, default=2, help="calls before measuring")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any rank may wait on a peer")
@@ -248,7 +289,11 @@ def trust_domains_setting(text: str):
 
 def check_collectives(args: argparse.Namespace) -> None:
     """``ccddp bench collectives``' arguments, checked without torch (the workers check
-    them again with :func:`ccddp.bench.collectives.validate`)."""
+    them again with :func:`ccddp.bench.collectives.validate`); fills in ``--impl``'s
+    default for ``--device``."""
+    check_device_options(args)
+    if args.impl is None:
+        args.impl = DEFAULT_IMPLS[args.device]
     for op in args.ops.split(","):
         if op not in OPS:
             raise ConfigError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
@@ -258,6 +303,11 @@ def check_collectives(args: argparse.Namespace) -> None:
             raise ConfigError(f"impl must be one of {', '.join((*IMPL_NAMES, BACKEND_IMPL))}, got {impl!r}")
     if len(set(impls)) != len(impls):
         raise ConfigError(f"--impl lists an implementation twice: {args.impl}")
+    if args.device == "cuda":
+        for impl in impls:
+            if impl not in CUDA_IMPLS:
+                raise ConfigError(f"--impl {impl} takes host tensors only; with --device cuda choose from "
+                                  f"{', '.join(CUDA_IMPLS)}")
     for size in args.sizes.split(","):
         parse_size(size)
     if args.iters < 1 or args.warmup < 0:

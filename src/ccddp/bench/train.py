@@ -12,6 +12,14 @@ DDP's bucket copies run in it) and of its whole process (``backward_process_cpu_
 collectives' and crypto threads): on cores the ranks share, what the backward leaves of its
 wall time is waiting, which the collectives' work can fill (``ccddp validate`` reads it).
 
+With ``--device cuda`` each rank trains on ``cuda:LOCAL_RANK % GPUs`` (ranks may share a
+GPU): plain ``DistributedDataParallel(model, device_ids=[gpu])`` on a ccddp group (CC-on,
+placement as ``--placement`` says) or on a plaintext one (CC-off: NCCL when every rank has
+a GPU of its own, gloo with CUDA tensors when ranks share one; the result says which and
+why). Every phase ends with a device synchronize, so a phase is its kernels' time, not
+the time the host took to queue them. One rank is a run too: CC-on then differs from
+CC-off by the input's bounce path alone (sealed on the host, opened for the device).
+
 Variants compared in one launch (``--cc off,on``) take turns: one iteration each, every
 variant's model in memory at once, or -- when the models do not fit together -- a block of
 iterations each, one model at a time. Every measured iteration records its round, so a
@@ -31,9 +39,12 @@ import os
 import statistics
 import time
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 
+from ccddp.bench import devices
 from ccddp.bench.machine import machine_info
 from ccddp.bench.options import (PHASES, PROGRESS_ENV, SCHEDULES, Variant, build_parser, check,  # noqa: F401
                                  trust_domains_setting, variant_key)
@@ -59,7 +70,7 @@ def settings_from(args: argparse.Namespace, variant: Variant) -> CommSettings:
     on = variant.cc == "on"
     return CommSettings(impl=SCHEDULES[variant.schedule] if on else "gloo",
                         segment_bytes=int(args.segment_mb * (1 << 20)), chains=args.chains, tag=args.tag,
-                        timeout_s=args.timeout,
+                        timeout_s=args.timeout, placement=args.placement,
                         trust_domains=trust_domains_setting(args.trust_domains) if on else "rank")
 
 
@@ -74,8 +85,52 @@ def workload_from(args: argparse.Namespace):
 def param_sha256(module: torch.nn.Module) -> str:
     h = hashlib.sha256()
     for p in module.parameters():
-        h.update(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        h.update(p.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes())
     return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class RankDevice:
+    """Where this rank trains, and the plaintext group CC-off variants use there.
+
+    ``cc_off_group`` None: the default (gloo) group. The same on every rank: the backend
+    is agreed before any group is made (:meth:`agree`)."""
+
+    device: torch.device
+    cc_off_group: object | None
+    cc_off_backend: str
+    cc_off_reason: str
+
+    @classmethod
+    def agree(cls, args: argparse.Namespace, variants: list[Variant], group: SecureGroup) -> "RankDevice":
+        """Collective: every rank calls it, after the harness group exists."""
+        device = devices.rank_device(args.device)
+        own_gpu = device.type == "cuda" and all(gather_from_ranks(devices.has_own_gpu(), group))
+        backend, reason = devices.plaintext_backend(device, own_gpu)
+        pg = None
+        if backend == "nccl" and any(v.cc == "off" for v in variants):
+            pg = dist.new_group(backend="nccl")
+        return cls(device, pg, backend, reason)
+
+    def ddp_options(self) -> dict:
+        return {"device_ids": [self.device]} if self.device.type == "cuda" else {}
+
+    def backend_of(self, variant: Variant) -> dict:
+        """What a result records: the backend that carried the variant's collectives."""
+        if variant.cc == "on":
+            return {"backend": "ccddp", "backend_reason": "every collective sealed by the ccddp backend"}
+        return {"backend": self.cc_off_backend, "backend_reason": self.cc_off_reason}
+
+
+def rng_state(device: torch.device) -> tuple:
+    """The random streams a step draws from: the host's, and the GPU's (dropout there)."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def set_rng_state(device: torch.device, state: tuple) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
 
 
 def harness_group(args: argparse.Namespace, variants: list[Variant]) -> SecureGroup:
@@ -98,30 +153,34 @@ class Trainer:
     """One variant's model, optimizer and input bounce path on this rank, and the record
     of every iteration it ran."""
 
-    def __init__(self, args: argparse.Namespace, variant: Variant, wl, origin: float) -> None:
-        self.args, self.variant, self.wl, self.origin = args, variant, wl, origin
+    def __init__(self, args: argparse.Namespace, variant: Variant, wl, origin: float, where: RankDevice) -> None:
+        self.args, self.variant, self.wl, self.origin, self.where = args, variant, wl, origin, where
+        self.device = where.device
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.settings = settings_from(args, variant)
-        # Every variant starts from the same parameters and sees the same batches.
+        # Every variant starts from the same parameters and sees the same batches. Built on
+        # the host, then moved: the same parameters as a CPU run's, whatever the device.
         torch.manual_seed(args.seed)
-        module = wl.build_model(device="cpu")
+        module = wl.build_model(device="cpu").to(self.device)
         # Gradients as views of DDP's buckets: no second copy of every gradient (GPT-2 sizes
         # would not fit twice on this machine); the same in both modes. secret=None: the
         # group reads the environment (shared secret or identity keys).
+        plaintext = {} if variant.cc == "on" or where.cc_off_group is None else {"process_group": where.cc_off_group}
         self.model = SecureDDP(module, cc=variant.cc, settings=self.settings, secret=None,
-                               bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=True)
+                               bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=True,
+                               **plaintext, **where.ddp_options())
         self.bounce = None
         self.bounce_description = None
         if variant.cc == "on":
             group = self.model.sync_group
             # The group's secret: the pre-shared one, or the one agreed by key establishment.
             self.bounce = BouncePath(derive_purpose_key(group.secret, group.session_id, f"bounce/{self.rank}"),
-                                     session_id=group.session_id)
+                                     session_id=group.session_id, device=self.device)
             self.bounce_description = self.bounce.describe()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=args.lr)
-        # The variant's own random stream (dropout): variants taking turns must not draw
+        # The variant's own random streams (dropout): variants taking turns must not draw
         # from one shared stream, or their training would differ by the order of turns.
-        self.rng = torch.get_rng_state()
+        self.rng = rng_state(self.device)
         self.iterations: list[dict] = []
         # Progress: rank 0 alone prints (one line per iteration, never one per rank).
         self.show = self.rank == 0 and os.environ.get(PROGRESS_ENV) == "1"
@@ -130,13 +189,13 @@ class Trainer:
     def step(self, step: int, round_: int | None) -> None:
         """One training iteration on the batch of ``step``; ``round_`` is the measured
         round it belongs to, ``None`` for a warm-up iteration."""
-        outer = torch.get_rng_state()
-        torch.set_rng_state(self.rng)
+        outer = rng_state(self.device)
+        set_rng_state(self.device, self.rng)
         try:
             self._step(step, round_)
         finally:
-            self.rng = torch.get_rng_state()
-            torch.set_rng_state(outer)
+            self.rng = rng_state(self.device)
+            set_rng_state(self.device, outer)
         self.count += 1
         if self.show:
             it = self.iterations[-1]
@@ -145,6 +204,7 @@ class Trainer:
 
     def _step(self, step: int, round_: int | None) -> None:
         model, bounce, state, wl = self.model, self.bounce, self.model.hook_state, self.wl
+        device = self.device
         before = model.counters()
         bounce_before = bounce.counters.snapshot() if bounce else None
         stages_before = bounce.phases.snapshot() if bounce else None
@@ -152,9 +212,12 @@ class Trainer:
         t0 = time.perf_counter()
         batch = wl.make_batch(step, self.rank, self.world_size)
         t1 = time.perf_counter()
-        batch = bounce.receive(bounce.stage(batch)) if bounce else {k: v.clone() for k, v in batch.items()}
+        # CC-off: the plain staging copy (to the device, or a host copy on CPU ranks).
+        batch = bounce.receive(bounce.stage(batch)) if bounce else {k: v.to(device, copy=True) for k, v in batch.items()}
+        devices.synchronize(device)
         t2 = time.perf_counter()
         loss = wl.loss(model, batch)
+        devices.synchronize(device)
         t3 = time.perf_counter()
         cpu3 = time.process_time()      # the whole process: autograd, gloo and crypto threads
         main3 = time.thread_time()       # this thread: autograd's CPU backward, DDP's bucket copies
@@ -165,11 +228,13 @@ class Trainer:
             if model.comm_failure() is not None:
                 raise model.comm_failure() from None
             raise
+        devices.synchronize(device)
         t4 = time.perf_counter()
         cpu4 = time.process_time()
         main4 = time.thread_time()
         self.opt.step()
         self.opt.zero_grad(set_to_none=False)
+        devices.synchronize(device)
         t5 = time.perf_counter()
         if not torch.isfinite(loss.detach()).all():
             raise ConfigError(f"loss is not finite at step {step}; lower --lr")
@@ -210,16 +275,20 @@ def in_turns(items: list, round_: int) -> list:
     return items[k:] + items[:k]
 
 
-def choose_alternation(args: argparse.Namespace, variants: list[Variant], wl, group: SecureGroup) -> str:
+def choose_alternation(args: argparse.Namespace, variants: list[Variant], wl, group: SecureGroup,
+                       device: torch.device) -> str:
     """``iteration`` when every variant's model fits in memory at once on every rank of
-    this node, else ``block``; all ranks agree (the most cautious rank decides)."""
+    this node (on a GPU: of the ranks sharing it, in its free memory), else ``block``; all
+    ranks agree (the most cautious rank decides)."""
     if args.alternate != "auto" or len(variants) == 1:
         return "iteration" if args.alternate == "auto" else args.alternate
     from ccddp.bench.memory import available_bytes, estimate_bytes
 
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    if device.type == "cuda":
+        local, have = devices.describe(device)["ranks_per_gpu"], devices.free_bytes(device)
+    else:
+        local, have = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), available_bytes()
     need = sum(estimate_bytes(wl, local, dist.get_world_size(), v.schedule) for v in variants)
-    have = available_bytes()
     fits = have is None or need <= have
     return "iteration" if all(gather_from_ranks(fits, group)) else "block"
 
@@ -254,10 +323,10 @@ def precise_enough(trainers: list[Trainer], precision: float, group: SecureGroup
 
 
 def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
-                 group: SecureGroup) -> tuple[list[Trainer], dict]:
+                 group: SecureGroup, where: RankDevice) -> tuple[list[Trainer], dict]:
     """Every variant alive at once; each round runs one iteration of each, in turns."""
     origin = time.perf_counter()
-    trainers = [Trainer(args, v, wl, origin) for v in variants]
+    trainers = [Trainer(args, v, wl, origin, where) for v in variants]
     for t in trainers:
         t.planned = f"/{args.warmup + args.steps}" if args.budget is None else ""
     last_round = 0.0
@@ -289,7 +358,8 @@ def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
                       "stop": stop}
 
 
-def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tuple[list[Trainer], dict]:
+def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl,
+                  where: RankDevice) -> tuple[list[Trainer], dict]:
     """One model at a time: each round builds each variant in turn, warms it up and runs
     a block of --block measured iterations."""
     rounds = -(-args.steps // args.block)
@@ -298,7 +368,7 @@ def run_in_blocks(args: argparse.Namespace, variants: list[Variant], wl) -> tupl
     shas: dict[Variant, str] = {}
     for r in range(rounds):
         for v in in_turns(variants, r):
-            t = Trainer(args, v, wl, origin)
+            t = Trainer(args, v, wl, origin, where)
             t.count, t.planned = r * (args.warmup + args.block), f"/{rounds * (args.warmup + args.block)}"
             for step in range(args.warmup):
                 t.step(step, None)
@@ -322,10 +392,11 @@ def measure(args: argparse.Namespace, variants: list[Variant]) -> list[dict]:
     """Run every variant in turns; returns one result per variant (on every rank)."""
     wl = workload_from(args)
     group = harness_group(args, variants)
-    if choose_alternation(args, variants, wl, group) == "iteration":
-        trainers, how = run_in_turns(args, variants, wl, group)
+    where = RankDevice.agree(args, variants, group)
+    if choose_alternation(args, variants, wl, group, where.device) == "iteration":
+        trainers, how = run_in_turns(args, variants, wl, group, where)
     else:
-        trainers, how = run_in_blocks(args, variants, wl)
+        trainers, how = run_in_blocks(args, variants, wl, where)
     # Timings (not model data) from every rank, after the last step.
     per_rank = gather_from_ranks({t.variant.label: [it["total_ms"] for it in t.iterations] for t in trainers}, group)
     group.close()
@@ -357,6 +428,9 @@ def result_of(args: argparse.Namespace, wl, t: Trainer, per_rank: list[list[floa
         "schema": SCHEMA, "machine": machine_info(), "workload": wl.name, "size": args.size,
         "shapes": wl.shapes, "num_params": wl.num_params, "world_size": t.world_size, "cc": v.cc,
         "schedule": v.schedule, "variant": v.label, "settings": t.settings.as_dict(),
+        # Where it ran, and which backend carried its collectives (and why that one).
+        **devices.describe(t.device), **t.where.backend_of(v),
+        "placement": t.settings.placement if v.cc == "on" and t.device.type == "cuda" else None,
         "bucket_cap_mb": args.bucket_cap_mb, "optimizer": f"SGD(lr={args.lr})", "steps": len(measured),
         "warmup": args.warmup,
         # How the variants of this launch took turns; a report pairs iterations of one round.

@@ -22,6 +22,7 @@ DESCRIPTION = (
 
 def register(sub) -> None:
     from ccddp.bench.characterize import FULL, QUICK
+    from ccddp.bench.options import add_device_options
 
     def both(key: str, fmt=lambda v: ",".join(map(str, v)) if isinstance(v, list) else str(v)) -> str:
         if QUICK[key] == FULL[key]:
@@ -55,6 +56,7 @@ def register(sub) -> None:
                    help="which ranks share a trust boundary (CC-on all-reduces plaintext inside a domain, sealed "
                         "across): rank (default: every rank its own), node, or a JSON list of rank lists covering "
                         "every world size's ranks")
+    add_device_options(p)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds any rank may wait on a peer")
     p.add_argument("--no-projection", action="store_true", help="skip the performance-model projections to GPUs")
     p.set_defaults(func=run)
@@ -62,7 +64,8 @@ def register(sub) -> None:
 
 def plan_from(args: argparse.Namespace):
     from ccddp.bench.characterize import FULL, QUICK, Plan
-    from ccddp.bench.options import WORKLOAD_NAMES, trust_domains_setting  # no torch
+    from ccddp.bench.options import (WORKLOAD_NAMES, check_device_options, min_world_size,  # no torch
+                                     trust_domains_setting)
 
     base = QUICK if args.quick else FULL
     workloads = args.workloads.split(",") if args.workloads else list(base["workloads"])
@@ -73,8 +76,11 @@ def plan_from(args: argparse.Namespace):
         world_sizes = [int(x) for x in args.world_sizes.split(",")] if args.world_sizes else list(base["world_sizes"])
     except ValueError:
         raise ConfigError(f"--world-sizes must be integers, got {args.world_sizes!r}") from None
-    if any(n < 2 for n in world_sizes):
-        raise ConfigError("every world size must be >= 2 (CC-on needs a peer to exchange gradients with)")
+    check_device_options(args)
+    fewest = min_world_size(args.device)
+    if any(n < fewest for n in world_sizes):
+        raise ConfigError(f"every world size must be >= {fewest} (CC-on needs a peer to exchange gradients with"
+                          + ("; one rank runs with --device cuda)" if fewest > 1 else ")"))
     schedules = args.schedules.split(",") if args.schedules else list(base["schedules"])
     for s in schedules:
         if s not in ("naive", "pipelined"):
@@ -96,7 +102,7 @@ def plan_from(args: argparse.Namespace):
                 raise ConfigError(f"--trust-domains {args.trust_domains} does not cover the ranks of world size {n} "
                                   "exactly once: give one world size, or use node")
     return Plan(workloads, world_sizes, schedules, steps, warmup, args.size, args.quick, budget, precision,
-                args.trust_domains.strip())
+                args.trust_domains.strip(), args.device, args.placement)
 
 
 def group_line(data: dict, plan, workload: str, ws: int) -> str:
@@ -172,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
     from ccddp.bench.characterize import characterize
 
     plan = plan_from(args)
+    if plan.device == "cuda":
+        from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
+
+        require_cuda("ccddp characterize")
     progress = BarProgress(plan) if sys.stdout.isatty() else PlainProgress(plan)
     with progress:
         data = characterize(plan, args.out, timeout_s=args.timeout, progress=progress,

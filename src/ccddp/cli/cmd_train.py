@@ -30,7 +30,8 @@ def forwarded_args(args: argparse.Namespace, json_path: str) -> list[str]:
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--alternate", args.alternate,
            "--block", str(args.block), "--seed", str(args.seed), "--lr", str(args.lr),
            "--segment-mb", str(args.segment_mb), "--chains", str(args.chains), "--tag", args.tag,
-           "--trust-domains", args.trust_domains, "--timeout", str(args.timeout), "--json", json_path]
+           "--trust-domains", args.trust_domains, "--device", args.device, "--placement", args.placement,
+           "--timeout", str(args.timeout), "--json", json_path]
     for flag, value in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
                         ("--image-size", args.image_size), ("--dtype", args.dtype),
                         ("--bucket-cap-mb", args.bucket_cap_mb), ("--budget", args.budget),
@@ -55,14 +56,15 @@ def check_request(args: argparse.Namespace) -> None:
 
 def check_arguments(args: argparse.Namespace):
     """Every argument, without torch or a model: returns the variants."""
-    from ccddp.bench.options import check
+    from ccddp.bench.options import check, min_world_size
 
     variants = check(args)
     if args.world_size < 1 or args.nnodes < 1:
         raise ConfigError("--world-size and --nnodes must be >= 1")
-    if args.world_size * args.nnodes < 2:
+    if args.world_size * args.nnodes < min_world_size(args.device):
         what = "CC-on training needs" if any(v.cc == "on" for v in variants) else "DDP training needs"
-        raise ConfigError(f"{what} at least 2 ranks to exchange gradients: use --world-size 2 or more")
+        raise ConfigError(f"{what} at least 2 ranks to exchange gradients: use --world-size 2 or more "
+                          "(one rank runs with --device cuda, where CC-on differs by the input's bounce path)")
     if args.nnodes > 1 and args.master_port is None:
         raise ConfigError("with --nnodes > 1 give every node the same --master-port")
     from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE  # the crypto stack: only when checking
@@ -82,9 +84,11 @@ def check_arguments(args: argparse.Namespace):
 
 def launch_line(args: argparse.Namespace, variants) -> str:
     """What ``ccddp train`` is about to run, in one line (printed before torch loads)."""
-    where = f"{args.world_size} ranks" + (f" on each of {args.nnodes} nodes (this is node {args.node_rank})"
+    where = f"{args.world_size} rank{'' if args.world_size == 1 else 's'}" + (f" on each of {args.nnodes} nodes (this is node {args.node_rank})"
                                           if args.nnodes > 1 else "")
     measured = f"at least {args.steps}, up to {args.budget:g} s" if args.budget else str(args.steps)
+    if args.device == "cuda":
+        where += f" on CUDA (CC-on placement {args.placement})"
     return (f"ccddp train: {args.workload}" + (" (tiny)" if args.size == "tiny" else "") + f" on {where}, "
             f"cc {', '.join(v.label for v in variants)}; {args.warmup} warm-up + {measured} measured "
             f"iterations per variant; results: {args.json or 'printed, not kept (--json PATH keeps them)'}")
@@ -92,6 +96,10 @@ def launch_line(args: argparse.Namespace, variants) -> str:
 
 def run(args: argparse.Namespace) -> int:
     variants = check_arguments(args)
+    if args.device == "cuda":
+        from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
+
+        require_cuda("ccddp train")
     print(launch_line(args, variants), flush=True)
     from ccddp.bench.launch import job_env, torchrun
     from ccddp.bench.options import PROGRESS_ENV
