@@ -20,9 +20,11 @@ one module, none reaching back up:
    direction) with finite waits: every byte the host sees passes there, which is where the
    tests' adversary sits (``ccddp.testing.adversary``).
 
-The checked functions (``all_reduce``, ``all_gather``, ...) validate any caller's input and
-also run the plaintext references the benchmarks compare against (``impl="gloo"``, gloo's
-own collective; ``impl="ring"``, the same schedule unsealed).
+The engine holds what the product runs and nothing else: the sealed schedules (``secure``,
+``secure-naive``) and the unsealed ring (``ring``), which the trust-domain hierarchy runs
+inside a domain (``hierarchy``). What only measurements use -- gloo's own collectives, the
+CC-off reference, and collectives that check any caller's tensors before calling ``run_*``
+-- lives in ``ccddp.bench.reference``.
 
 Example::
 
@@ -30,10 +32,8 @@ Example::
     dist.all_reduce(grads)                   # steps 1-4 above
 """
 
-from ccddp.comm.collectives import all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.settings import IMPLS, CommSettings
 from ccddp.comm.transport import Transport
 
-__all__ = ["all_gather", "all_reduce", "broadcast", "reduce_scatter", "SecureGroup", "CommSettings", "IMPLS",
-           "Transport"]
+__all__ = ["SecureGroup", "CommSettings", "IMPLS", "Transport"]

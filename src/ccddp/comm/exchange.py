@@ -17,12 +17,21 @@ from __future__ import annotations
 
 import torch
 
-from ccddp.comm.collectives import _exchange, _flat
+from ccddp.comm.collectives import _exchange
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.pipeline import dtype_name
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 from ccddp.errors import ConfigError, FrameLabel
+
+
+def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
+    if t.device.type != "cpu":
+        raise ConfigError(f"{what}: ccddp's secure collectives take CPU tensors (got {t.device}); "
+                          "copy to host memory first")
+    if not t.is_contiguous():
+        raise ConfigError(f"{what}: tensor must be contiguous")
+    return t.view(-1)
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:

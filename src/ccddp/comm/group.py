@@ -49,9 +49,14 @@ class SecureGroup:
         if pg is None and not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
         self.settings = settings or CommSettings()
+        if transport is None:
+            # No link is made behind the caller's back: a ring needs one connection per
+            # direction of each link (Transport.open makes them, explicitly).
+            raise ConfigError(f"a SecureGroup with impl {self.settings.impl!r} needs its links: pass "
+                              "transport=Transport.open(pg, settings.timeout_s)")
         # A registered group, or a bare gloo backend (the ccddp backend's internal links,
         # which then comes with its transport).
-        self.pg = pg if pg is not None else transport.pg if transport is not None else dist.group.WORLD
+        self.pg = pg if pg is not None else transport.pg
         self.rank = self.pg.rank()
         self.world_size = self.pg.size()
         if self.settings.secure and secret is None and establishment is None:
@@ -61,13 +66,6 @@ class SecureGroup:
                 secret = GroupSecret.from_env()
         self.recorder = recorder
         self.counters = CryptoCounters()
-        if transport is None:
-            if self.settings.impl != "gloo":
-                # No link is made behind the caller's back: a ring needs one connection per
-                # direction of each link (Transport.open makes them, explicitly).
-                raise ConfigError(f"a SecureGroup with impl {self.settings.impl!r} needs its links: pass "
-                                  "transport=Transport.open(pg, settings.timeout_s)")
-            transport = Transport(self.pg, self.settings.timeout_s)   # the setup's messages only
         # The setup's messages cross the transport too, where an adversary can reach them.
         self.transport = transport
         # What every rank must agree on: the group's identity and its settings. It is
