@@ -14,8 +14,9 @@ one module, none reaching back up:
    in flight), ``naive`` (the paper's whole-chunk schedule) or ``tree``.
 3. Each schedule cuts its steps into typed frames (``frames.FrameSpec``: step, segment,
    peer, region), takes their memory from the group's ``frames.FrameArena`` and seals and
-   opens them on the group's per-link channels (``group.SecureGroup.tx``/``rx``:
-   ``crypto.channel.LinkChannel``, AES-256-GCM, counter nonces, the frame's context as AAD).
+   opens them on the group's link channels (``group.channels``, a
+   ``channels.LinkChannels``: ``tx(peer)``/``rx(peer)``, one ``crypto.channel.LinkChannel``
+   per link direction, AES-256-GCM, counter nonces, the frame's context as AAD).
 4. ``transport.Transport`` moves the frames on bare gloo connection sets (one per link
    direction) with finite waits: every byte the host sees passes there, which is where the
    tests' adversary sits (``ccddp.testing.adversary``).

@@ -94,7 +94,7 @@ class _Descriptors:
         for p in send_to:
             frame = torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8)
             aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, g.rank, p, len(mine), "").pack()
-            g.tx(p).seal(mine, frame.numpy(), aad)
+            g.channels.tx(p).seal(mine, frame.numpy(), aad)
             g.counters.add_message(sealed=True, control=True)
             self.sends.append((tr.isend(frame, p), p))
         self.done = False
@@ -110,7 +110,7 @@ class _Descriptors:
             tr.wait(self.works[p], p, FrameLabel(f"{p}->{g.rank}", f"descriptor#{seq}", 0))
             theirs = bytearray(len(mine))
             aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, p, g.rank, len(mine), "").pack()
-            g.rx(p).open(self.frames[p].numpy(), theirs, aad, collective=f"descriptor#{seq}", step=0)
+            g.channels.rx(p).open(self.frames[p].numpy(), theirs, aad, collective=f"descriptor#{seq}", step=0)
             g.counters.add_message(sealed=False, control=True)
             if bytes(theirs) != mine:
                 if theirs[-16:] != mine[-16:]:

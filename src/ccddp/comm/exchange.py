@@ -64,14 +64,14 @@ def _pairwise(g: SecureGroup, op: Op, sends: dict[int, torch.Tensor], recvs: dic
     for p in sorted(sends):
         plain = _bytes(sends[p])
         frame = torch.empty(plain.numel() + TAG_BYTES, dtype=torch.uint8)
-        g.tx(p).seal(plain.numpy(), frame.numpy(), aad(g.rank, p, plain.numel()))
+        g.channels.tx(p).seal(plain.numpy(), frame.numpy(), aad(g.rank, p, plain.numel()))
         g.counters.add_message(sealed=True)
         outgoing.append((tr.isend(frame, p, desc.tag), p))
     if incoming:
         desc.verify()
     for p, out, frame, work in incoming:
         tr.wait(work, p, FrameLabel(f"{p}->{g.rank}", where, 0, 0))
-        g.rx(p).open(frame.numpy(), out.numpy(), aad(p, g.rank, out.numel()), collective=where, step=0)
+        g.channels.rx(p).open(frame.numpy(), out.numpy(), aad(p, g.rank, out.numel()), collective=where, step=0)
         g.counters.add_message(sealed=False)
     for work, p in outgoing:
         tr.wait(work, p, FrameLabel(f"{g.rank}->{p}", where))
