@@ -5,7 +5,9 @@ one module, none reaching back up:
 
 1. ``backend.process_group.ProcessGroupCCDDP.allreduce`` checks the op once (dtype,
    reduction, device, layout; a contiguous copy if needed) and queues a job on the group's
-   ``backend.queue.OpQueue``; the caller gets a work whose future the queue completes.
+   ``backend.queue.OpQueue``; the caller gets a work whose future the queue completes. The
+   queue runs one op at a time and counts what each sealed and opened under its c10d name
+   (``ProcessGroupCCDDP.crypto_counters(op)``).
 2. The job calls ``collectives.run_all_reduce(group, flat, reduction)`` -- the engine's
    entry points (``run_*``) take checked input. It numbers the collective, posts a sealed
    descriptor to its neighbours (``collectives._Descriptors``: ranks that call different
