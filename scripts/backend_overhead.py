@@ -1,6 +1,6 @@
 """What the torch.distributed face costs: ``dist.all_reduce`` on a ccddp group vs
-``ccddp.comm.all_reduce`` on a SecureGroup with the same settings, taking turns call by
-call (paired per iteration), at each size. The ratio is the Hodges-Lehmann median of the
+``ccddp.bench.reference.all_reduce`` on a SecureGroup with the same settings (the engine
+called directly), taking turns call by call (paired per iteration), at each size. The ratio is the Hodges-Lehmann median of the
 per-call ratios with its 95 % signed-rank interval (``ccddp.stats.paired_ratio``).
 
     CCDDP_GROUP_SECRET=$(python -c 'import os;print(os.urandom(32).hex())') \\
@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 import ccddp.backend  # noqa: F401
-from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
+from ccddp.bench.reference import all_reduce
+from ccddp.comm import CommSettings, SecureGroup, Transport
 try:
     from ccddp.stats import paired_ratio
 except ImportError:  # a tree before the statistics moved (the before/after comparison runs one)

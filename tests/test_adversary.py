@@ -30,7 +30,8 @@ def _rank(rank, n, naive_cases):
     import torch.distributed as dist
 
     from ccddp.bench.selftest import run_selftest
-    from ccddp.comm import CommSettings, SecureGroup, all_reduce
+    from ccddp.bench.reference import all_reduce
+    from ccddp.comm import CommSettings, SecureGroup
     from ccddp.testing.adversary import AdversarialTransport, Rule
     from ccddp.crypto.keys import GroupSecret
 

@@ -252,3 +252,44 @@ def test_waited_ops_run_on_the_caller_and_unwaited_ones_still_run():
     res = run_ranks(_who_runs, 2, timeout=120, pg_timeout=30)
     for rank, r in enumerate(res):
         assert r == {"waited": True, "unwaited": True, "two groups": True}, (rank, r)
+
+
+def _counted_by_op(rank, n):
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+    from ccddp.crypto.counters import CryptoCounters
+
+    pg = dist.new_group(backend="ccddp")
+    for _ in range(2):
+        dist.all_reduce(torch.ones(1 << 12), group=pg)
+    dist.broadcast(torch.ones(1 << 12), src=0, group=pg)
+    # A point-to-point message posted while a collective is queued: counted apart from it.
+    peer = 1 - rank
+    work = dist.all_reduce(torch.ones(1 << 12), group=pg, async_op=True)
+    sent = dist.isend(torch.ones(8), peer, group=pg)
+    got = torch.empty(8)
+    dist.recv(got, peer, group=pg)
+    sent.wait()
+    work.wait()
+    by_op = pg.counters_by_op()
+    p2p = CryptoCounters.diff(pg.crypto_counters(), CryptoCounters.total(list(by_op.values())))
+    return {"ops": sorted(by_op), "all_reduce": pg.crypto_counters("all_reduce"),
+            "broadcast": pg.crypto_counters("broadcast"), "never ran": pg.crypto_counters("scatter"), "p2p": p2p}
+
+
+def test_crypto_counters_by_op():
+    res = run_ranks(_counted_by_op, 2, timeout=120, pg_timeout=30)
+    n = 2
+    for rank, r in enumerate(res):
+        assert r["ops"] == ["all_reduce", "broadcast"], r["ops"]
+        # Each ring all-reduce: 2(n-1) seals and opens (the descriptors counted as control).
+        assert r["all_reduce"]["seals"] == r["all_reduce"]["opens"] == 3 * 2 * (n - 1), (rank, r["all_reduce"])
+        # The broadcast's chain from rank 0: rank 0 seals its one message, rank 1 opens it.
+        assert (r["broadcast"]["seals"], r["broadcast"]["opens"]) == ((1, 0) if rank == 0 else (0, 1)), r
+        assert set(r["never ran"].values()) == {0}
+        # What no queued op counted: the one message each rank sent and the one it received.
+        assert (r["p2p"]["seals"], r["p2p"]["opens"], r["p2p"]["control_seals"]) == (1, 1, 0), (rank, r["p2p"])

@@ -208,3 +208,44 @@ def test_any_single_bit_flip_is_caught(data, flip):
     frame[bit // 8] ^= 1 << (bit % 8)
     with pytest.raises(IntegrityError):
         rx.open(frame, bytearray(len(data)), _aad(nbytes=len(data)))
+
+
+def test_link_channels_pair_up_across_ranks_and_are_kept():
+    from ccddp.comm.channels import LinkChannels
+
+    session = b"c" * 16
+    r0, r1 = (LinkChannels(r, GroupSecret(KEY), session) for r in (0, 1))
+    assert r0.tx(1) is r0.tx(1), "a link's channel is made once: its counter is half of every nonce"
+    data = os.urandom(100)
+    for _ in range(2):  # counters advance in step on both ends
+        frame = bytearray(len(data) + TAG_BYTES)
+        r0.tx(1).seal(data, frame, _aad(nbytes=len(data)))
+        out = bytearray(len(data))
+        r1.rx(0).open(frame, out, _aad(nbytes=len(data)))
+        assert bytes(out) == data
+    frame = bytearray(len(data) + TAG_BYTES)
+    r1.tx(0).seal(data, frame, _aad(nbytes=len(data)))
+    out = bytearray(len(data))
+    r0.rx(1).open(frame, out, _aad(nbytes=len(data)))
+    assert bytes(out) == data
+    # A frame reflected back to its sender: the other direction is another key.
+    a, b = (LinkChannels(0, GroupSecret(KEY), session) for _ in range(2))
+    frame = bytearray(len(data) + TAG_BYTES)
+    a.tx(1).seal(data, frame, _aad(nbytes=len(data)))
+    with pytest.raises(IntegrityError):
+        b.rx(1).open(frame, bytearray(len(data)), _aad(nbytes=len(data)))
+    frame = bytearray(len(data) + TAG_BYTES)
+    r0.group_channel(0).seal(data, frame, _aad(nbytes=len(data)))
+    out = bytearray(len(data))
+    r1.group_channel(0).open(frame, out, _aad(nbytes=len(data)))
+    assert bytes(out) == data
+    assert r0.counters.snapshot()["segments_sealed"] == 3
+
+
+def test_a_plaintext_groups_channels_are_refused():
+    from ccddp.comm.channels import LinkChannels
+
+    plain = LinkChannels(0, None, b"p" * 16)
+    for ask in (lambda: plain.tx(1), lambda: plain.rx(1), lambda: plain.group_channel(0)):
+        with pytest.raises(ConfigError, match="plaintext"):
+            ask()

@@ -38,7 +38,7 @@ def test_a_mistake_is_refused_before_torch_loads(argv, tmp_path):
 
 def test_the_static_names_match_the_registries():
     from ccddp.bench.options import IMPL_NAMES, WORKLOAD_NAMES
-    from ccddp.comm.settings import IMPLS
+    from ccddp.bench.reference import IMPLS
     from ccddp.workloads import WORKLOADS
 
     assert list(WORKLOAD_NAMES) == list(WORKLOADS)

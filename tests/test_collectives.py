@@ -34,7 +34,7 @@ def _property_rank(rank, n, configs):
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import strategies as st
 
-    from ccddp.comm import all_gather, all_reduce, broadcast, reduce_scatter
+    from ccddp.bench.reference import all_gather, all_reduce, broadcast, reduce_scatter
 
     groups = [_group(impl, **kw) for impl, kw in configs]
 
@@ -83,7 +83,7 @@ def test_collectives_equal_torch_distributed(world_size):
 
 
 def _counters_rank(rank, n):
-    from ccddp.comm import all_reduce
+    from ccddp.bench.reference import all_reduce
 
     out = {}
     for impl, kw in [("secure", {}), ("secure-naive", {}), ("secure", {"allgather": "group-key"}),
@@ -126,7 +126,7 @@ def _capped_rank(rank, n):
     import ccddp.comm.naive as naive
     import ccddp.comm.pipeline as pipeline
     import ccddp.comm.tree as tree
-    from ccddp.comm import all_reduce
+    from ccddp.bench.reference import all_reduce
 
     for mod in (naive, pipeline, tree):
         mod.MAX_FRAME_BYTES = 4096
@@ -159,7 +159,7 @@ def _rounds_rank(rank, n):
     import torch.distributed as dist
 
     import ccddp.comm.pipeline as pipeline
-    from ccddp.comm import all_gather, all_reduce, broadcast, reduce_scatter
+    from ccddp.bench.reference import all_gather, all_reduce, broadcast, reduce_scatter
 
     pipeline.ROUND_BYTES = 3 * 1024 * 2 * (n - 1)        # 3 segments of 1 KiB per step
     arenas = []
@@ -221,7 +221,7 @@ def _tree_rounds_rank(rank, n):
 
     import ccddp.comm.pipeline as pipeline
     import ccddp.comm.tree as tree
-    from ccddp.comm import all_reduce
+    from ccddp.bench.reference import all_reduce
 
     # Receiving links of the busiest rank: root 2 children; from 5 ranks rank 1 has 3 links.
     links = max(len(c) + (p is not None) for p, c in (tree.tree_links(r, n) for r in range(n)))
@@ -278,7 +278,9 @@ def _tagged_rank(rank, n):
     """Records what a secure collective posts and waits on, in order, per implementation."""
     import torch.distributed as dist
 
-    from ccddp.comm import CommSettings, SecureGroup, all_reduce, broadcast
+    from ccddp.bench.reference import all_reduce, broadcast
+
+    from ccddp.comm import CommSettings, SecureGroup
     from ccddp.comm.transport import Transport
     from ccddp.crypto import GroupSecret
     from ccddp.errors import ConfigError
@@ -357,7 +359,7 @@ def test_descriptors_travel_with_the_data_on_a_tag_of_their_own():
 
 
 def _directions_rank(rank, n):
-    from ccddp.comm import all_reduce
+    from ccddp.bench.reference import all_reduce
 
     g = _group("secure")
     sent_on, real_post = [], g.transport.post_send
@@ -385,7 +387,7 @@ def test_each_direction_of_a_link_has_its_own_connection(world_size):
 
 
 def _send_slots_rank(rank, n):
-    from ccddp.comm import all_reduce
+    from ccddp.bench.reference import all_reduce
     from ccddp.comm.pipeline import SEND_SLOTS
     from ccddp.crypto.channel import TAG_BYTES
 

@@ -75,7 +75,8 @@ def _pinned_rank(rank, n, record_file, mode):
     import torch
 
     from _hostile_host import HostileHost
-    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
+    from ccddp.bench.reference import all_reduce
+    from ccddp.comm import CommSettings, SecureGroup, Transport
     from ccddp.crypto.keys import GroupSecret
 
     log: list[tuple[str, str, str]] = []

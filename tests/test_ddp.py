@@ -27,13 +27,14 @@ def _train(rank, n, workload, cc, steps=2, transport_factory=None, forbid_plain=
     with torch.no_grad():
         for p in module.parameters():
             p.add_(rank * 0.01)
-    settings = CommSettings(impl="secure" if cc == "on" else "gloo", segment_bytes=4096, timeout_s=15)
-    model = SecureDDP(module, cc=cc, settings=settings, secret=GroupSecret(SECRET))
+    # CC-off: gloo's own collectives on the default group, no ccddp settings.
+    settings = CommSettings(impl="secure", segment_bytes=4096, timeout_s=15) if cc == "on" else None
+    model = SecureDDP(module, cc=cc, settings=settings, secret=GroupSecret(SECRET) if cc == "on" else None)
     if transport_factory is not None:
         g = model.hook_state.group
         g.transport = transport_factory(g)
     if sync_transport_factory is not None:
-        model.sync_group.transport = sync_transport_factory(model)
+        model.secure_group.transport = sync_transport_factory(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     calls, per_step = [], []
     if forbid_plain:
@@ -166,7 +167,7 @@ def _layout_tamper_factory(model):
     # After construction, graphsage (no buffers) broadcasts nothing until iteration 1
     # rebuilds DDP's buckets: rank 0's broadcast frames 1 and 2 are the descriptor and
     # the data of the bucket-layout broadcast.
-    group = model.sync_group
+    group = model.secure_group
     if group.rank != 0:
         return group.transport
     return _Tamper(group, nth=2, during=lambda: model.process_group.current_op == "broadcast")

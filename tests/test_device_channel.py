@@ -157,7 +157,9 @@ def _allreduce_rank(rank, n, engine):
 
     import torch.distributed as dist
 
-    from ccddp.comm import CommSettings, SecureGroup, all_reduce
+    from ccddp.bench.reference import all_reduce
+
+    from ccddp.comm import CommSettings, SecureGroup
     from ccddp.comm.transport import Transport
     from ccddp.crypto import GroupSecret
 

@@ -408,7 +408,9 @@ def _group_rank(rank, n, keydir):
     on every rank and leave the process group usable."""
     import torch
 
-    from ccddp.comm import CommSettings, SecureGroup, Transport, all_gather, all_reduce
+    from ccddp.bench.reference import all_gather, all_reduce
+
+    from ccddp.comm import CommSettings, SecureGroup, Transport
     from ccddp.crypto.establish import Allowlist, Identity, KeyEstablishment
 
     out = {}

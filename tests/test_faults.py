@@ -34,7 +34,9 @@ def _mismatch_rank(rank, n, timeout_s):
     import torch
     import torch.distributed as dist
 
-    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
+    from ccddp.bench.reference import all_reduce
+
+    from ccddp.comm import CommSettings, SecureGroup, Transport
     from ccddp.crypto.keys import GroupSecret
 
     out = {}
@@ -104,7 +106,8 @@ def _victim_rank(rank, n, timeout_s):
     import torch.distributed as dist
 
     from ccddp.bench.selftest import _FaultTransport
-    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
+    from ccddp.bench.reference import all_reduce
+    from ccddp.comm import CommSettings, SecureGroup, Transport
     from ccddp.crypto.keys import GroupSecret
 
     class Freeze(_FaultTransport):

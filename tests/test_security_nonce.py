@@ -31,7 +31,9 @@ def sealed_by(rank: int, nonce: bytes) -> bool:
 def _record_rank(rank, n, keydir):
     import torch
 
-    from ccddp.comm import CommSettings, SecureGroup, Transport, all_gather, all_reduce, broadcast, reduce_scatter
+    from ccddp.bench.reference import all_gather, all_reduce, broadcast, reduce_scatter
+
+    from ccddp.comm import CommSettings, SecureGroup, Transport
     from ccddp.crypto.establish import Allowlist, Identity, KeyEstablishment
     from ccddp.crypto.keys import GroupSecret
 

@@ -32,7 +32,9 @@ def _soak_rank(rank, n, iterations, warmup):
 
     import torch
 
-    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
+    from ccddp.bench.reference import all_reduce
+
+    from ccddp.comm import CommSettings, SecureGroup, Transport
     from ccddp.crypto.keys import GroupSecret
 
     g = SecureGroup(CommSettings(segment_bytes=16384, chains=2, timeout_s=30), GroupSecret(SECRET),

@@ -39,10 +39,11 @@ from ccddp.backend.placement import DeviceOrder, Placement, choose, rates_from_p
 from ccddp.backend.queue import OpQueue
 from ccddp.backend.registration import BACKEND_NAME, Options, settings_from_env
 from ccddp.backend.work import CollectiveWork, PeerWork
-from ccddp.comm import SecureGroup, all_gather, reduce_scatter
+from ccddp.comm import SecureGroup
 from ccddp.comm.collectives import run_all_gather, run_all_reduce, run_broadcast, run_reduce_scatter
 from ccddp.comm.exchange import all_to_all, gather, scatter
 from ccddp.comm.p2p import SealedPeerLinks
+from ccddp.comm.plan import sized_bounds
 from ccddp.comm.reduce import Reduction
 from ccddp.backend.links import domain_links, internal_links
 from ccddp.comm.domains import resolve
@@ -176,7 +177,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
                                                                        ranks, gloo_timeout)
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
         self.settings = settings
-        self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}")
+        self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}", counters=self._collective_counters)
         self._order = DeviceOrder()
         self._placements: dict[torch.device, Placement] = {}
         self._group_name = group_id
@@ -244,13 +245,31 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         """How many c10d operations of each name were issued on this group."""
         return dict(self.queue.submitted)
 
-    def crypto_counters(self) -> dict:
-        """A snapshot of this group's crypto counters (``CryptoCounters`` fields), the
-        sealed shard ring's across trust domains included."""
+    def _collective_counters(self) -> dict:
+        """The collectives' crypto counters: this group's links and the sealed shard ring's
+        across trust domains."""
         groups = [self.secure_group]
         if self.domain_links is not None and self.domain_links.cross is not None:
             groups.append(self.domain_links.cross)
         return CryptoCounters.total([g.counters.snapshot() for g in groups])
+
+    def crypto_counters(self, op: str | None = None) -> dict:
+        """A snapshot of this group's crypto counters (``CryptoCounters`` fields): every op's
+        and point-to-point message's, or, with ``op``, only what the ops of that c10d name
+        (as in :attr:`calls`: ``"all_reduce"``, ``"broadcast"``, ...) sealed and opened.
+
+        Example::
+
+            grads = pg.crypto_counters("all_reduce")["bytes_sealed"]
+        """
+        if op is not None:
+            return self.queue.counted.get(op)
+        return CryptoCounters.total([self._collective_counters(), self.peer_links.counters.snapshot()])
+
+    def counters_by_op(self) -> dict[str, dict]:
+        """Crypto counters per c10d op name, of the ops run so far (sent and received
+        point-to-point messages are counted in :meth:`crypto_counters` only)."""
+        return self.queue.counted.snapshot()
 
     @property
     def current_op(self) -> str | None:
@@ -346,14 +365,13 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
             raise ConfigError(f"{what}: this rank's output has {sizes[self.rank()]} elements, "
                               f"its input {inp.numel()}")
 
-        # The list form runs on host memory (a device tensor's op is staged).
-        src = self._input(inp, sealed_there=False)
-        staged = [self._working(o, sealed_there=False) for o in outs]
+        bounds = sized_bounds(sizes) if len(set(sizes)) > 1 else None
+        src = self._input(inp)
+        staged = [self._working(o) for o in outs]
 
         def job() -> None:
-            flat = torch.empty(sum(sizes), dtype=dtype)
-            uneven = len(set(sizes)) > 1
-            all_gather(flat, src, self.secure_group, sizes=sizes if uneven else None)
+            flat = torch.empty(sum(sizes), dtype=dtype, device=src.device)
+            run_all_gather(self.secure_group, flat, src.reshape(-1), bounds)
             for (buf, back), part in zip(staged, flat.split(sizes)):
                 buf.copy_(part.view(buf.shape))
                 back()
@@ -412,13 +430,16 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         ins = [_check(x, "reduce_scatter") for x in input_lists[0]]
         _same_dtype(ins + [out], "reduce_scatter")
         sizes = [x.numel() for x in ins]
-        # The list form runs on host memory (a device tensor's op is staged).
-        buf, back = self._working(out, sealed_there=False)
-        srcs = [self._input(x, sealed_there=False) for x in ins]
+        if sizes[self.rank()] != out.numel():
+            raise ConfigError(f"reduce_scatter: this rank's output has {out.numel()} elements, "
+                              f"its input chunk {sizes[self.rank()]}")
+        bounds = sized_bounds(sizes) if len(set(sizes)) > 1 else None
+        buf, back = self._working(out)
+        srcs = [self._input(x) for x in ins]
 
         def job() -> None:
             flat = torch.cat([x.reshape(-1) for x in srcs])
-            reduce_scatter(buf, flat, self.secure_group, red, sizes=sizes if len(set(sizes)) > 1 else None)
+            run_reduce_scatter(self.secure_group, buf.view(-1), flat, red, bounds)
             back()
 
         return self._submit("reduce_scatter", job, output_tensors, input_lists)

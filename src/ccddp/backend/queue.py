@@ -24,6 +24,12 @@ small pool, not from the thread that ran the op: completing a future runs its ca
 and a callback may issue another op of this group and wait for it (PowerSGD's hook does),
 which must then be free to run. One asked for afterwards is returned already completed.
 
+What each op sealed and opened. Given the group's crypto counters (a snapshot function),
+the queue counts each op's share under the op's name (``counted``): ops run one at a time,
+so the counters' change across a job is that job's alone -- provided nothing else seals on
+those counters meanwhile (the backend keeps point-to-point messages on counters of their
+own for this reason).
+
 Example::
 
     q = OpQueue("ccddp-0")
@@ -40,6 +46,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+
+from ccddp.crypto.counters import CountersByOp, CryptoCounters
 
 #: How long an op may wait unclaimed before the worker starts it (the worker's idle poll).
 UNCLAIMED_START_S = 0.05
@@ -87,8 +95,12 @@ def _complete(future: torch.futures.Future, ticket: Ticket) -> None:
 
 
 class OpQueue:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, counters: Callable[[], dict] | None = None) -> None:
         self._pending: collections.deque[Ticket] = collections.deque()
+        # ``counters``: a snapshot of the crypto counters the ops seal on; each op's change
+        # of them is summed under its name in ``counted``.
+        self._counters = counters
+        self.counted = CountersByOp()
         # The op being run (by the worker or by a waiting caller), if any, and how many ops
         # of each name were submitted: diagnostics and tests read them.
         self.running: Ticket | None = None
@@ -182,10 +194,15 @@ class OpQueue:
     def _run(self, ticket: Ticket) -> None:
         ticket.thread = threading.current_thread().name
         if self._failure is None:
+            before = self._counters() if self._counters is not None else None
             try:
                 ticket.job()
             except BaseException as e:  # handed to the waiting thread through the ticket
                 self._failure = e
+            finally:
+                if before is not None:
+                    # A failed op sealed and opened too (up to the frame that failed).
+                    self.counted.add(ticket.op, CryptoCounters.diff(self._counters(), before))
         ticket.error = self._failure
         ticket.job = None  # drop the closure (and the tensors it holds) once run
         with self._cond:

@@ -321,11 +321,12 @@ def p2p_bench(fast: bool) -> dict:
 
     # Collectives: tiny-segment secure all-reduce (engine per-message cost), and larger
     # secure / ring / gloo all-reduces as a check of the model.
-    from ccddp.comm import CommSettings, SecureGroup, Transport, all_reduce
+    from ccddp.bench.reference import IMPLS, all_reduce, open_impl
+    from ccddp.comm import CommSettings
 
-    def allreduce_time(settings: CommSettings, nbytes: int, iters: int) -> tuple[float, float]:
+    def allreduce_time(impl: str, settings: CommSettings, nbytes: int, iters: int) -> tuple[float, float]:
         """(wall seconds of the slowest rank, CPU seconds of this rank) per all-reduce."""
-        g = SecureGroup(settings, transport=Transport.open(None, settings.timeout_s))
+        g = open_impl(impl, settings)
         x = torch.ones(max(n, nbytes // 4))
         times, cpus = [], []
         for i in range(iters + 1):
@@ -347,8 +348,8 @@ def p2p_bench(fast: bool) -> dict:
     tiny_seg = 4 * KIB
     tiny_bytes = n * 64 * tiny_seg
     tiny = CommSettings(impl="secure", segment_bytes=tiny_seg)
-    sec_s, sec_cpu = allreduce_time(tiny, tiny_bytes, 4 if fast else 8)
-    ring_s, ring_cpu = allreduce_time(tiny.with_(impl="ring"), tiny_bytes, 4 if fast else 8)
+    sec_s, sec_cpu = allreduce_time("secure", tiny, tiny_bytes, 4 if fast else 8)
+    ring_s, ring_cpu = allreduce_time("ring", tiny, tiny_bytes, 4 if fast else 8)
     out["tiny"] = {"bytes": tiny_bytes, "segment_bytes": tiny_seg,
                    "chains": tiny.resolved_chains(), "seg_hops": 2 * (n - 1) * 64,
                    "secure_s": sec_s, "secure_cpu_s": sec_cpu,
@@ -357,9 +358,9 @@ def p2p_bench(fast: bool) -> dict:
     # time), so it gets the most repetitions.
     checks = []
     for size in ([4 * MIB] if fast else [4 * MIB, 64 * MIB]):
-        for impl in ("gloo", "ring", "secure-naive", "secure"):
-            cs = CommSettings(impl=impl)
-            wall, cpu = allreduce_time(cs, size, 3 if fast else (4 if size < 64 * MIB else 8))
+        for impl in IMPLS:
+            cs = CommSettings()
+            wall, cpu = allreduce_time(impl, cs, size, 3 if fast else (4 if size < 64 * MIB else 8))
             checks.append({"impl": impl, "bytes": size, "segment_bytes": cs.segment_bytes,
                            "chains": cs.resolved_chains(), "s": wall, "cpu_s": cpu})
     out["allreduce"] = checks

@@ -4,10 +4,12 @@ Each rank fills its buffer with values whose sum is known in closed form, so eve
 result is checked (``#wrong``) without a second collective. The implementations take
 turns call by call, so besides each one's median time every row carries its median
 per-iteration ratio to every other (``paired_ratios``), which the machine's drift between
-seconds does not move. With ``--device cuda`` the buffers live on each rank's GPU and
-every implementation is a torch.distributed group (gloo with CUDA tensors; the ccddp
-backend, with ``--placement``, for the secure ones), each call timed to the end of its
-device work. Run under torchrun
+seconds does not move. gloo's own collectives (the CC-off reference) and the engine's
+schedules are called through :mod:`ccddp.bench.reference`; ``secure-domains`` is the
+ccddp backend itself, called as a user calls it. With ``--device cuda`` the buffers live
+on each rank's GPU and every implementation is a torch.distributed group (gloo with CUDA
+tensors; the ccddp backend, with ``--placement``, for the secure ones), each call timed to
+the end of its device work. Run under torchrun
 (``python -m ccddp.bench.collectives --sizes 1M ...``) or through the CLI, which
 launches the ranks itself.
 """
@@ -26,8 +28,9 @@ from ccddp.bench.devices import describe, rank_device, synchronize
 from ccddp.bench.machine import machine_info, process_cpu_seconds
 from ccddp.bench.options import (BACKEND_IMPL, DTYPE_NAMES, OPS, build_collectives_parser,  # noqa: F401
                                  check_collectives, parse_size, trust_domains_setting)
+from ccddp.bench.reference import GlooReference, all_gather, all_reduce, broadcast, open_impl, reduce_scatter
 from ccddp.bench.worker import init_from_env, run_worker
-from ccddp.comm import CommSettings, SecureGroup, Transport, all_gather, all_reduce, broadcast, reduce_scatter
+from ccddp.comm import CommSettings, SecureGroup, Transport
 from ccddp.comm.control import gather_json
 from ccddp.crypto.counters import CryptoCounters
 
@@ -113,7 +116,7 @@ class _Case:
         else:
             self.buf.copy_(self.src)
 
-    def call(self, g: "SecureGroup | _BackendGroup") -> tuple[float, float]:
+    def call(self, g: "SecureGroup | GlooReference | _BackendGroup") -> tuple[float, float]:
         """One timed call of ``g``'s implementation; returns (seconds, CPU seconds of
         this process)."""
         op = self.op
@@ -193,7 +196,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
     report = SecureGroup(CommSettings(impl="secure", timeout_s=args.timeout), transport=Transport.open(None, args.timeout))
     groups = {}
     for impl in args.impl.split(","):
-        settings = CommSettings(impl="secure" if impl == BACKEND_IMPL else impl, algorithm=args.algorithm,
+        settings = CommSettings(impl="secure", algorithm=args.algorithm,
                                 segment_bytes=int(args.segment_mb * (1 << 20)), tag=args.tag, chains=args.chains,
                                 allgather=args.allgather, timeout_s=args.timeout, placement=args.placement)
         if device.type == "cuda":
@@ -205,7 +208,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
         elif impl == BACKEND_IMPL:
             groups[impl] = _BackendGroup(settings.with_(trust_domains=trust_domains_setting(args.trust_domains)))
         else:
-            groups[impl] = SecureGroup(settings, transport=Transport.open(None, settings.timeout_s))
+            groups[impl] = open_impl(impl, settings)
     rows = []
     for op in args.ops.split(","):
         for size in args.sizes.split(","):
@@ -248,7 +251,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def _row(args, op: str, impl: str, g: SecureGroup, n: int, rank: int, numel: int, itemsize: int,
+def _row(args, op: str, impl: str, g: "SecureGroup | GlooReference | _BackendGroup", n: int, rank: int, numel: int, itemsize: int,
          per_rank: list[dict], before: dict, paired: dict) -> dict:
     """One table row from every rank's (authenticated) times, CPU times and wrong counts."""
     delta = CryptoCounters.diff(g.counters.snapshot(), before)
@@ -295,8 +298,6 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
 def validate(args: argparse.Namespace) -> None:
     """The arguments as ``ccddp bench collectives`` checks them, and the settings they make."""
     check_collectives(args)
-    for impl in args.impl.split(","):
-        CommSettings(impl="secure" if impl == BACKEND_IMPL else impl)
     CommSettings(trust_domains=trust_domains_setting(args.trust_domains))
 
 

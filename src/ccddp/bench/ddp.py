@@ -12,9 +12,11 @@ ccddp group over the same ranks is created: a collective call, as ``new_group`` 
 
 Comm hooks compose: ``register_comm_hook`` takes any hook (PowerSGD, fp16/bf16
 compression, your own) and wraps it with the timing mark; without one, DDP's default
-all-reduce hook is registered at the first forward, on a second ccddp group over the same
-ranks (cc="on"): gradients and DDP's own syncs are then separate streams, counted apart
-(:meth:`counters`) and attacked apart (``ccddp selftest``), as a measurement wants.
+all-reduce hook is registered at the first forward, on the model's one ccddp group. The
+gradients and DDP's own syncs share that group, as in a user's DDP on the backend, and are
+told apart by op in :meth:`counters`: the gradients are the group's all-reduces, DDP's
+syncs every other op (its parameter, buffer and bucket-layout broadcasts, its
+parameter-shape check).
 
 Example::
 
@@ -67,6 +69,8 @@ class SecureDDP(DistributedDataParallel):
             raise ConfigError(f"cc must be 'on' or 'off', got {cc!r}")
         if not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
+        if cc == "off" and (settings is not None or secret is not None):
+            raise ConfigError("cc='off' runs gloo's own collectives: it takes no ccddp settings or secret")
         if cc == "on" and settings is not None and not settings.secure:
             raise ConfigError(f"cc='on' needs a secure impl (secure or secure-naive), got {settings.impl!r}")
         if cc == "on":
@@ -81,17 +85,12 @@ class SecureDDP(DistributedDataParallel):
         pg = self.process_group
         self.cc = cc
         if isinstance(pg, ProcessGroupCCDDP):
-            grads = dist.new_group(dist.get_process_group_ranks(pg), backend=BACKEND_NAME,
-                                   timeout=timedelta(seconds=pg.settings.timeout_s),
-                                   pg_options=Options(settings=pg.settings, secret=secret))
-            self.ccddp_settings = pg.settings
-            self.hook_state = HookState(grads, grads.secure_group, grads.queue)
-            # DDP's own syncs: the secret, session id and counters of its group.
-            self.sync_group = pg.secure_group
+            # The engine group under the model's ccddp group: its secret, session id, links.
+            self.secure_group = pg.secure_group
+            self.hook_state = HookState(pg, pg.secure_group, pg.queue)
         else:
-            self.ccddp_settings = settings or CommSettings(impl="gloo")
+            self.secure_group = None
             self.hook_state = HookState(pg)
-            self.sync_group = None
         self._hooked = False
 
     def register_comm_hook(self, state: object, hook) -> None:
@@ -121,16 +120,27 @@ class SecureDDP(DistributedDataParallel):
                     raise model.comm_failure() from None
                 raise
         """
-        queues = [self.hook_state.worker, getattr(self.process_group, "queue", None)]
-        return next((q.failure for q in queues if q is not None and q.failure is not None), None)
+        queue = self.hook_state.worker   # the ccddp group's op queue; None with cc="off"
+        return queue.failure if queue is not None else None
 
     def counters(self) -> dict:
-        """Crypto counters of this rank: the gradient group's and DDP's own syncs'
-        (parameter, buffer and layout broadcasts) separately."""
-        empty = CryptoCounters().snapshot()
-        grads = self.hook_state.pg.crypto_counters() if self.hook_state.group else empty
-        sync = self.process_group.crypto_counters() if self.sync_group else empty
-        return {"gradients": grads, "broadcasts": sync}
+        """Crypto counters of this rank, gradients and DDP's own syncs apart: the group's
+        all-reduces (every bucket's, whatever hook issued it) and every other op of the
+        group (parameter, buffer and layout broadcasts, the parameter-shape check); all
+        zero with cc="off".
+
+        Example::
+
+            before = model.counters()
+            loss.backward()
+            sealed = model.counters()["gradients"]["bytes_sealed"] - before["gradients"]["bytes_sealed"]
+        """
+        if self.secure_group is None:
+            empty = CryptoCounters().snapshot()
+            return {"gradients": empty, "broadcasts": empty}
+        pg = self.process_group
+        grads = pg.crypto_counters("all_reduce")
+        return {"gradients": grads, "broadcasts": CryptoCounters.diff(pg.crypto_counters(), grads)}
 
     def close(self) -> None:
         """Nothing to release: a ccddp group lives until ``destroy_process_group``."""

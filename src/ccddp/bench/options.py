@@ -36,7 +36,8 @@ DTYPE_NAMES = ("bfloat16", "float16", "float32")
 #: The workloads' names, in the registry's order, so a mistyped name is refused before
 #: torch and the models load. A test keeps it equal to ``ccddp.workloads.WORKLOADS``.
 WORKLOAD_NAMES = ("graphsage", "resnet50", "resnet101", "bert-base", "bert-large", "gpt2-large", "gpt2-xl")
-#: Collective implementations (``ccddp.comm.settings.IMPLS``, which imports torch; a test
+#: Collective implementations a benchmark can time: gloo's own (the CC-off reference) and
+#: the engine's schedules (``ccddp.bench.reference.IMPLS``, which imports torch; a test
 #: keeps the two equal).
 IMPL_NAMES = ("gloo", "ring", "secure-naive", "secure")
 #: ``ccddp bench collectives``' name for the ccddp backend itself, hierarchical over

@@ -54,8 +54,9 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from ccddp.bench.reference import all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.bench.worker import init_from_env, run_worker
-from ccddp.comm import CommSettings, SecureGroup, all_gather, all_reduce, broadcast, reduce_scatter
+from ccddp.comm import CommSettings, SecureGroup
 from ccddp.comm.control import gather_json
 from ccddp.comm.transport import Transport
 from ccddp.crypto.establish import EstablishmentError, KeyEstablishment
@@ -91,7 +92,7 @@ class Case(Protocol):
     exactly right; ``transport`` is where the attack goes; ``close()`` frees it."""
 
     transport: AdversarialTransport
-    warm_up: bool       # run once in window 0 too (its first run differs from later ones)
+    warm_up_runs: int   # runs in window 0 too (its first runs differ from later ones)
 
     def run(self) -> bool: ...
 
@@ -101,7 +102,7 @@ class Case(Protocol):
 class CollectiveCase:
     """One secure collective of ``_CHUNK`` elements per rank on the case's group."""
 
-    warm_up = False
+    warm_up_runs = 0
 
     def __init__(self, collective: str, g: SecureGroup, tr: AdversarialTransport) -> None:
         if collective not in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
@@ -134,10 +135,12 @@ class DDPStepCase:
     """Training steps of a small model under ``SecureDDP`` (cc="on"); the adversary sits on
     the gradient all-reduce. Correct means every parameter equals what plain SGD on the
     average of all ranks' gradients gives, which each rank computes locally from the other
-    ranks' (deterministic) batches. Construction (secure broadcast) and iteration 0 (one
-    bucket) differ from every later step, so the first step is a warm-up."""
+    ranks' (deterministic) batches. Construction (secure broadcast), iteration 0 (one
+    bucket) and iteration 1 (DDP broadcasts its rebuilt bucket layout, on the same group as
+    the gradients) differ from every later step, so the first two steps are a warm-up:
+    the attacked step then carries the same frames as the clean one before it."""
 
-    warm_up = True
+    warm_up_runs = 2
 
     def __init__(self, g: SecureGroup, tr: AdversarialTransport) -> None:
         from ccddp.bench.ddp import SecureDDP
@@ -147,10 +150,10 @@ class DDPStepCase:
         self.module = self._make()
         self.reference = [p.detach().clone() for p in self.module.parameters()]
         self.model = SecureDDP(self.module, cc="on", settings=g.settings, secret=g.secret, bucket_cap_mb=0.001)
-        hook_group = self.model.hook_state.group
-        # Same abort flag and tag as the case's transport, on the gradient group's links.
-        self.transport = AdversarialTransport(hook_group.pg, g.settings.timeout_s, tag=tr.tag, abort=tr.abort)
-        hook_group.transport = self.transport
+        model_group = self.model.hook_state.group
+        # Same abort flag and tag as the case's transport, on the model's group's links.
+        self.transport = AdversarialTransport(model_group.pg, g.settings.timeout_s, tag=tr.tag, abort=tr.abort)
+        model_group.transport = self.transport
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
         self.step = 0
 
@@ -204,7 +207,7 @@ class SetupCase:
     setup attack the group must never come into being: ``keys_used`` counts the frames
     its keys sealed or opened, which must stay 0."""
 
-    warm_up = False
+    warm_up_runs = 0
 
     def __init__(self, g: SecureGroup, tr: AdversarialTransport, secret: GroupSecret | None) -> None:
         self.settings, self.pg, self.secret, self.transport = g.settings, g.pg, secret, tr
@@ -431,7 +434,7 @@ def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> di
         if case.transport is not tr:
             tr = case.transport
             run.transports.append(tr)
-        if case.warm_up:
+        for _ in range(case.warm_up_runs):
             ok0 = case.run() and ok0
         tr.arm()
         ok1 = case.run()

@@ -48,6 +48,7 @@ from ccddp.bench import devices
 from ccddp.bench.machine import machine_info
 from ccddp.bench.options import (PHASES, PROGRESS_ENV, SCHEDULES, Variant, build_parser, check,  # noqa: F401
                                  trust_domains_setting, variant_key)
+from ccddp.bench.reference import GlooReference, ReferenceSettings
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, Transport
 from ccddp.comm.control import gather_json
@@ -66,12 +67,13 @@ MAX_ROUNDS = 200
 BOUNCE_STAGES = ("seal", "copy", "open")
 
 
-def settings_from(args: argparse.Namespace, variant: Variant) -> CommSettings:
-    on = variant.cc == "on"
-    return CommSettings(impl=SCHEDULES[variant.schedule] if on else "gloo",
-                        segment_bytes=int(args.segment_mb * (1 << 20)), chains=args.chains, tag=args.tag,
-                        timeout_s=args.timeout, placement=args.placement,
-                        trust_domains=trust_domains_setting(args.trust_domains) if on else "rank")
+def settings_from(args: argparse.Namespace, variant: Variant) -> CommSettings | ReferenceSettings:
+    """The ccddp settings of a CC-on variant; a CC-off one runs gloo's own collectives."""
+    if variant.cc == "off":
+        return ReferenceSettings(args.timeout)
+    return CommSettings(impl=SCHEDULES[variant.schedule], segment_bytes=int(args.segment_mb * (1 << 20)),
+                        chains=args.chains, tag=args.tag, timeout_s=args.timeout, placement=args.placement,
+                        trust_domains=trust_domains_setting(args.trust_domains))
 
 
 def workload_from(args: argparse.Namespace):
@@ -102,7 +104,7 @@ class RankDevice:
     cc_off_reason: str
 
     @classmethod
-    def agree(cls, args: argparse.Namespace, variants: list[Variant], group: SecureGroup) -> "RankDevice":
+    def agree(cls, args: argparse.Namespace, variants: list[Variant], group) -> "RankDevice":
         """Collective: every rank calls it, after the harness group exists."""
         device = devices.rank_device(args.device)
         own_gpu = device.type == "cuda" and all(gather_from_ranks(devices.has_own_gpu(), group))
@@ -133,19 +135,22 @@ def set_rng_state(device: torch.device, state: tuple) -> None:
         torch.cuda.set_rng_state(state[1], device)
 
 
-def harness_group(args: argparse.Namespace, variants: list[Variant]) -> SecureGroup:
+def harness_group(args: argparse.Namespace, variants: list[Variant]) -> SecureGroup | GlooReference:
     """The group the ranks exchange timings and decisions on: sealed when any variant is
     CC-on (the host must not steer or read a confidential run's measurement), plaintext
-    for CC-off alone. Collective: every rank creates it first, before any model."""
-    secure = any(v.cc == "on" for v in variants)
-    return SecureGroup(CommSettings(impl="secure" if secure else "gloo", timeout_s=args.timeout),
-                       transport=Transport.open(None, args.timeout))
+    (gloo's own) for CC-off alone. Collective: every rank creates it first, before any model."""
+    if any(v.cc == "on" for v in variants):
+        return SecureGroup(CommSettings(impl="secure", timeout_s=args.timeout),
+                           transport=Transport.open(None, args.timeout))
+    return GlooReference(None, args.timeout)
 
 
-def gather_from_ranks(obj, group: SecureGroup) -> list:
+def gather_from_ranks(obj, group: SecureGroup | GlooReference) -> list:
     """Every rank's ``obj`` (timings and decisions, never model data), on every rank, as
     JSON on ``group`` (never pickle). The one place this module takes data from other
     ranks outside the training's own collectives."""
+    if isinstance(group, GlooReference):
+        return group.gather_json(obj)
     return gather_json(obj, group)
 
 
@@ -165,14 +170,15 @@ class Trainer:
         # Gradients as views of DDP's buckets: no second copy of every gradient (GPT-2 sizes
         # would not fit twice on this machine); the same in both modes. secret=None: the
         # group reads the environment (shared secret or identity keys).
-        plaintext = {} if variant.cc == "on" or where.cc_off_group is None else {"process_group": where.cc_off_group}
-        self.model = SecureDDP(module, cc=variant.cc, settings=self.settings, secret=None,
+        on = variant.cc == "on"
+        plaintext = {} if on or where.cc_off_group is None else {"process_group": where.cc_off_group}
+        self.model = SecureDDP(module, cc=variant.cc, settings=self.settings if on else None, secret=None,
                                bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=True,
                                **plaintext, **where.ddp_options())
         self.bounce = None
         self.bounce_description = None
-        if variant.cc == "on":
-            group = self.model.sync_group
+        if on:
+            group = self.model.secure_group
             # The group's secret: the pre-shared one, or the one agreed by key establishment.
             self.bounce = BouncePath(derive_purpose_key(group.secret, group.session_id, f"bounce/{self.rank}"),
                                      session_id=group.session_id, device=self.device)

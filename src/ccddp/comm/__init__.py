@@ -5,7 +5,9 @@ one module, none reaching back up:
 
 1. ``backend.process_group.ProcessGroupCCDDP.allreduce`` checks the op once (dtype,
    reduction, device, layout; a contiguous copy if needed) and queues a job on the group's
-   ``backend.queue.OpQueue``; the caller gets a work whose future the queue completes.
+   ``backend.queue.OpQueue``; the caller gets a work whose future the queue completes. The
+   queue runs one op at a time and counts what each sealed and opened under its c10d name
+   (``ProcessGroupCCDDP.crypto_counters(op)``).
 2. The job calls ``collectives.run_all_reduce(group, flat, reduction)`` -- the engine's
    entry points (``run_*``) take checked input. It numbers the collective, posts a sealed
    descriptor to its neighbours (``collectives._Descriptors``: ranks that call different
@@ -14,15 +16,18 @@ one module, none reaching back up:
    in flight), ``naive`` (the paper's whole-chunk schedule) or ``tree``.
 3. Each schedule cuts its steps into typed frames (``frames.FrameSpec``: step, segment,
    peer, region), takes their memory from the group's ``frames.FrameArena`` and seals and
-   opens them on the group's per-link channels (``group.SecureGroup.tx``/``rx``:
-   ``crypto.channel.LinkChannel``, AES-256-GCM, counter nonces, the frame's context as AAD).
+   opens them on the group's link channels (``group.channels``, a
+   ``channels.LinkChannels``: ``tx(peer)``/``rx(peer)``, one ``crypto.channel.LinkChannel``
+   per link direction, AES-256-GCM, counter nonces, the frame's context as AAD).
 4. ``transport.Transport`` moves the frames on bare gloo connection sets (one per link
    direction) with finite waits: every byte the host sees passes there, which is where the
    tests' adversary sits (``ccddp.testing.adversary``).
 
-The checked functions (``all_reduce``, ``all_gather``, ...) validate any caller's input and
-also run the plaintext references the benchmarks compare against (``impl="gloo"``, gloo's
-own collective; ``impl="ring"``, the same schedule unsealed).
+The engine holds what the product runs and nothing else: the sealed schedules (``secure``,
+``secure-naive``) and the unsealed ring (``ring``), which the trust-domain hierarchy runs
+inside a domain (``hierarchy``). What only measurements use -- gloo's own collectives, the
+CC-off reference, and collectives that check any caller's tensors before calling ``run_*``
+-- lives in ``ccddp.bench.reference``.
 
 Example::
 
@@ -30,10 +35,8 @@ Example::
     dist.all_reduce(grads)                   # steps 1-4 above
 """
 
-from ccddp.comm.collectives import all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.settings import IMPLS, CommSettings
 from ccddp.comm.transport import Transport
 
-__all__ = ["all_gather", "all_reduce", "broadcast", "reduce_scatter", "SecureGroup", "CommSettings", "IMPLS",
-           "Transport"]
+__all__ = ["SecureGroup", "CommSettings", "IMPLS", "Transport"]

@@ -1,10 +1,13 @@
-"""The public collectives: ``all_reduce``, ``reduce_scatter``, ``all_gather``, ``broadcast``.
+"""The engine's collectives: ``run_all_reduce``, ``run_reduce_scatter``, ``run_all_gather``,
+``run_broadcast`` (and the in-place reduce-scatter the trust-domain hierarchy uses).
 
-Each takes a :class:`SecureGroup` whose settings pick the implementation: ``gloo``
-(torch.distributed's own, plaintext), ``ring`` (plaintext ring over P2P), ``secure-naive``
-(the paper's emulation) or ``secure`` (pipelined). Reductions (SUM by default, or any
-:class:`~ccddp.comm.reduce.Reduction`) run in place on CPU tensors of any dtype they are
-defined for; results equal ``dist.all_reduce`` up to summation order.
+Invariant: they take checked input -- a flat, contiguous CPU tensor, a reduction defined for
+its dtype, sizes that fit the group -- which the ccddp backend makes sure of once, before it
+queues the op; nothing here checks it again. A :class:`SecureGroup`'s settings pick the
+schedule: ``ring`` (unsealed ring over P2P, the trust-domain hierarchy's inside a domain),
+``secure-naive`` (the paper's emulation) or ``secure`` (pipelined segments); and the
+algorithm: ``ring`` or ``tree``. Reductions (SUM, or any :class:`~ccddp.comm.reduce.Reduction`)
+run in place; results equal ``dist.all_reduce`` up to summation order.
 
 With each secure collective each rank sends its ring neighbours a sealed descriptor (op,
 element count, dtype, settings), in the same round trip as the data: ranks that call
@@ -15,7 +18,7 @@ Example::
 
     group = SecureGroup(CommSettings(impl="secure"), secret=GroupSecret.from_env(), transport=Transport.open(None, 60))
     grads = torch.randn(1 << 20)
-    all_reduce(grads, group)          # every hop AES-256-GCM sealed and verified
+    run_all_reduce(group, grads, Reduction.SUM)   # every hop AES-256-GCM sealed and verified
 """
 
 from __future__ import annotations
@@ -25,13 +28,11 @@ import hmac
 import struct
 
 import torch
-import torch.distributed as dist
 
 from ccddp.comm.group import SecureGroup
-from ccddp.comm.transport import all_gather_flat
 from ccddp.comm.naive import run_naive
 from ccddp.comm.pipeline import dtype_name, run_pipelined
-from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan, sized_bounds
+from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan
 from ccddp.comm.reduce import Reduction
 from ccddp.comm.tree import run_tree_allreduce, tree_links
 from ccddp.crypto.aad import DTYPE_NAME_BYTES, FrameContext, Op, Phase, dtype_field
@@ -39,15 +40,6 @@ from ccddp.crypto.channel import TAG_BYTES
 from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError, one_line
 
 _DESC = struct.Struct(f">BBQ{DTYPE_NAME_BYTES}sI16s")
-
-
-def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
-    if t.device.type != "cpu":
-        raise ConfigError(f"{what}: ccddp's secure collectives take CPU tensors (got {t.device}); "
-                          "copy to host memory first")
-    if not t.is_contiguous():
-        raise ConfigError(f"{what}: tensor must be contiguous")
-    return t.view(-1)
 
 
 def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int, reduction: Reduction) -> bytes:
@@ -102,7 +94,7 @@ class _Descriptors:
         for p in send_to:
             frame = torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8)
             aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, g.rank, p, len(mine), "").pack()
-            g.tx(p).seal(mine, frame.numpy(), aad)
+            g.channels.tx(p).seal(mine, frame.numpy(), aad)
             g.counters.add_message(sealed=True, control=True)
             self.sends.append((tr.isend(frame, p), p))
         self.done = False
@@ -118,7 +110,7 @@ class _Descriptors:
             tr.wait(self.works[p], p, FrameLabel(f"{p}->{g.rank}", f"descriptor#{seq}", 0))
             theirs = bytearray(len(mine))
             aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, p, g.rank, len(mine), "").pack()
-            g.rx(p).open(self.frames[p].numpy(), theirs, aad, collective=f"descriptor#{seq}", step=0)
+            g.channels.rx(p).open(self.frames[p].numpy(), theirs, aad, collective=f"descriptor#{seq}", step=0)
             g.counters.add_message(sealed=False, control=True)
             if bytes(theirs) != mine:
                 if theirs[-16:] != mine[-16:]:
@@ -183,10 +175,6 @@ def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, roo
     desc.verify()  # a rank that received no data (broadcast root) checks here
 
 
-def _torch_op(reduction: Reduction):
-    return dist.ReduceOp.SUM if reduction == Reduction.AVG else getattr(dist.ReduceOp, reduction.name)
-
-
 # -- the engine: input already checked ---------------------------------------------------
 # ``flat`` is a 1-D contiguous CPU tensor, the reduction defined for its dtype, the group's
 # settings secure (or the plaintext ring): what the ccddp backend has made sure of before it
@@ -246,82 +234,3 @@ def run_broadcast(group: SecureGroup, flat: torch.Tensor, src: int) -> None:
     """Copy group rank ``src``'s ``flat`` to every rank (pipelined chain), in place."""
     _run_ring(group, flat, chain_broadcast_plan(group.rank, group.world_size, flat.numel(), src), Op.BROADCAST,
               root=src)
-
-
-# -- the checked API: any caller, any implementation ---------------------------------------
-
-def all_reduce(tensor: torch.Tensor, group: SecureGroup, op: Reduction | str = Reduction.SUM) -> torch.Tensor:
-    """Reduce ``tensor`` over the group (SUM unless ``op`` says otherwise), in place; returns it."""
-    flat = _flat(tensor, "all_reduce")
-    reduction = Reduction.from_name(op)
-    reduction.check(flat.dtype, "all_reduce")
-    if group.settings.impl == "gloo":
-        dist.all_reduce(tensor, op=_torch_op(reduction), group=group.pg)
-        reduction.finish(tensor, group.world_size)
-    else:
-        run_all_reduce(group, flat, reduction)
-    return tensor
-
-
-def reduce_scatter(output: torch.Tensor, input: torch.Tensor, group: SecureGroup,
-                   op: Reduction | str = Reduction.SUM, *, sizes: list[int] | None = None) -> torch.Tensor:
-    """``output`` (on rank r) = the reduction over ranks of chunk r of ``input``; ``input``
-    is unchanged.
-
-    ``input`` holds ``world_size * output.numel()`` elements, or, with ``sizes`` (every
-    rank's output length, the same list on every rank), ``sum(sizes)``.
-    """
-    n = group.world_size
-    out, inp = _flat(output, "reduce_scatter output"), _flat(input, "reduce_scatter input")
-    reduction = Reduction.from_name(op)
-    reduction.check(out.dtype, "reduce_scatter")
-    bounds = _uneven_bounds("reduce_scatter", sizes, n, group.rank, out.numel(), inp.numel())
-    if (bounds is None and inp.numel() != n * out.numel()) or inp.dtype != out.dtype:
-        raise ConfigError(f"reduce_scatter: input must hold world_size x output elements of the same dtype "
-                          f"({inp.numel()} {inp.dtype} vs {n} x {out.numel()} {out.dtype})")
-    if group.settings.impl == "gloo" and bounds is None:
-        dist.reduce_scatter_tensor(output, input, op=_torch_op(reduction), group=group.pg)
-        reduction.finish(output, n)
-    else:
-        run_reduce_scatter(group, out, inp, reduction, bounds)
-    return output
-
-
-def _uneven_bounds(what: str, sizes: list[int] | None, n: int, rank: int, mine: int,
-                   total: int) -> list[tuple[int, int]] | None:
-    """Chunk bounds from per-rank ``sizes``, checked against this rank's tensors."""
-    if sizes is None:
-        return None
-    if len(sizes) != n or sizes[rank] != mine or sum(sizes) != total or min(sizes) < 0:
-        raise ConfigError(f"{what}: sizes {sizes} do not fit a group of {n} with {mine} elements on rank "
-                          f"{rank} and {total} in all")
-    return sized_bounds(sizes)
-
-
-def all_gather(output: torch.Tensor, input: torch.Tensor, group: SecureGroup, *,
-               sizes: list[int] | None = None) -> torch.Tensor:
-    """``output`` = the ``input`` of every rank, concatenated in rank order; ``sizes``
-    (every rank's input length, the same list on every rank) allows unequal inputs."""
-    n = group.world_size
-    out, inp = _flat(output, "all_gather output"), _flat(input, "all_gather input")
-    bounds = _uneven_bounds("all_gather", sizes, n, group.rank, inp.numel(), out.numel())
-    if (bounds is None and out.numel() != n * inp.numel()) or inp.dtype != out.dtype:
-        raise ConfigError(f"all_gather: output must hold world_size x input elements of the same dtype "
-                          f"({out.numel()} {out.dtype} vs {n} x {inp.numel()} {inp.dtype})")
-    if group.settings.impl == "gloo" and bounds is None:
-        all_gather_flat(output, input, group=group.pg)
-    else:
-        run_all_gather(group, out, inp, bounds)
-    return output
-
-
-def broadcast(tensor: torch.Tensor, src: int, group: SecureGroup) -> torch.Tensor:
-    """Copy ``tensor`` of group rank ``src`` to every rank (pipelined chain), in place."""
-    flat = _flat(tensor, "broadcast")
-    if not 0 <= src < group.world_size:
-        raise ConfigError(f"broadcast: src {src} is not a rank of a group of {group.world_size}")
-    if group.settings.impl == "gloo":
-        dist.broadcast(tensor, src=dist.get_global_rank(group.pg, src), group=group.pg)
-    else:
-        run_broadcast(group, flat, src)
-    return tensor

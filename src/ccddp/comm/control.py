@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from ccddp.comm.collectives import all_gather
+from ccddp.comm.collectives import run_all_gather
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.transport import MAX_CONTROL_BYTES, exchange_bytes, gather_blobs
 from ccddp.crypto.wirejson import parse_json
@@ -43,8 +43,8 @@ def gather_json(obj, group: SecureGroup) -> list:
     """Every rank's JSON-serializable ``obj``, in rank order.
 
     On a secure group the messages are sealed (:func:`gather_sealed`). On a plaintext group
-    (``impl`` gloo or ring: the CC-off baseline, whose collectives are plaintext anyway) they
-    travel in plaintext. Either way they are parsed as JSON, never unpickled.
+    (``impl`` ring: a baseline whose collectives are plaintext anyway) they travel in
+    plaintext. Either way they are parsed as JSON, never unpickled.
     """
     blob = json.dumps(obj, sort_keys=True).encode()
     blobs = _gather(blob, group) if group.settings.secure else exchange_bytes(blob, group.pg, group.settings.timeout_s)
@@ -71,4 +71,6 @@ def parse_messages(blobs: list[bytes]) -> list:
 
 
 def _gather(blob: bytes, group: SecureGroup) -> list[bytes]:
-    return gather_blobs(blob, group.world_size, lambda out, inp: all_gather(out, inp, group))
+    # gather_blobs hands over flat CPU tensors of one dtype, the output world_size times the
+    # input: the engine's checked input.
+    return gather_blobs(blob, group.world_size, lambda out, inp: run_all_gather(group, out, inp))

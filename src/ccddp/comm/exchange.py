@@ -17,12 +17,21 @@ from __future__ import annotations
 
 import torch
 
-from ccddp.comm.collectives import _exchange, _flat
+from ccddp.comm.collectives import _exchange
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.pipeline import dtype_name
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 from ccddp.errors import ConfigError, FrameLabel
+
+
+def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
+    if t.device.type != "cpu":
+        raise ConfigError(f"{what}: ccddp's secure collectives take CPU tensors (got {t.device}); "
+                          "copy to host memory first")
+    if not t.is_contiguous():
+        raise ConfigError(f"{what}: tensor must be contiguous")
+    return t.view(-1)
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -55,14 +64,14 @@ def _pairwise(g: SecureGroup, op: Op, sends: dict[int, torch.Tensor], recvs: dic
     for p in sorted(sends):
         plain = _bytes(sends[p])
         frame = torch.empty(plain.numel() + TAG_BYTES, dtype=torch.uint8)
-        g.tx(p).seal(plain.numpy(), frame.numpy(), aad(g.rank, p, plain.numel()))
+        g.channels.tx(p).seal(plain.numpy(), frame.numpy(), aad(g.rank, p, plain.numel()))
         g.counters.add_message(sealed=True)
         outgoing.append((tr.isend(frame, p, desc.tag), p))
     if incoming:
         desc.verify()
     for p, out, frame, work in incoming:
         tr.wait(work, p, FrameLabel(f"{p}->{g.rank}", where, 0, 0))
-        g.rx(p).open(frame.numpy(), out.numpy(), aad(p, g.rank, out.numel()), collective=where, step=0)
+        g.channels.rx(p).open(frame.numpy(), out.numpy(), aad(p, g.rank, out.numel()), collective=where, step=0)
         g.counters.add_message(sealed=False)
     for work, p in outgoing:
         tr.wait(work, p, FrameLabel(f"{g.rank}->{p}", where))

@@ -1,4 +1,7 @@
-"""A secure group: the process group, its session, its link channels and buffers.
+"""A secure group: the process group, its session, and what the engine's collectives run
+on -- the session's link channels (:class:`~ccddp.comm.channels.LinkChannels`:
+``group.channels.tx(peer)``), the frame arena, the collective sequence counter and the
+crypto threads.
 
 Creating one is collective: every rank contributes fresh randomness to a session whose id
 hashes all contributions and the group's identity and settings, and the group confirms
@@ -13,7 +16,7 @@ Example::
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     group = SecureGroup(CommSettings(impl="secure"), secret=GroupSecret.from_env(),
                         transport=Transport.open(None, 60))   # the links: made explicitly
-    all_reduce(tensor, group)
+    run_all_reduce(group, tensor.view(-1), Reduction.SUM)
 """
 
 from __future__ import annotations
@@ -23,21 +26,18 @@ import json
 import torch
 import torch.distributed as dist
 
+from ccddp.comm.channels import LinkChannels
 from ccddp.comm.domains import DomainMap
 from ccddp.comm.frames import FrameArena
 from ccddp.comm.settings import CommSettings
 from ccddp.comm.transport import Transport
-from ccddp.crypto.channel import LinkChannel, NonceRecorder, link_id
+from ccddp.crypto.channel import NonceRecorder
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.engine import CryptoEngine
 from ccddp.crypto.establish import EstablishedKeys, KeyEstablishment
-from ccddp.crypto.keys import GroupSecret, derive_link_key, derive_purpose_key, digest
+from ccddp.crypto.keys import GroupSecret, derive_purpose_key, digest
 from ccddp.crypto.session import agree_session
 from ccddp.errors import ConfigError
-
-# Link ids above this mark group-key channels (owner in the low bits), so their nonces
-# never collide with a per-link channel's even though the keys differ anyway.
-_GROUP_LINK_BASE = 0xFFFF0000
 
 
 class SecureGroup:
@@ -50,9 +50,14 @@ class SecureGroup:
         if pg is None and not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
         self.settings = settings or CommSettings()
+        if transport is None:
+            # No link is made behind the caller's back: a ring needs one connection per
+            # direction of each link (Transport.open makes them, explicitly).
+            raise ConfigError(f"a SecureGroup with impl {self.settings.impl!r} needs its links: pass "
+                              "transport=Transport.open(pg, settings.timeout_s)")
         # A registered group, or a bare gloo backend (the ccddp backend's internal links,
         # which then comes with its transport).
-        self.pg = pg if pg is not None else transport.pg if transport is not None else dist.group.WORLD
+        self.pg = pg if pg is not None else transport.pg
         self.rank = self.pg.rank()
         self.world_size = self.pg.size()
         if self.settings.secure and secret is None and establishment is None:
@@ -60,15 +65,7 @@ class SecureGroup:
             establishment = KeyEstablishment.from_env()
             if establishment is None:
                 secret = GroupSecret.from_env()
-        self.recorder = recorder
         self.counters = CryptoCounters()
-        if transport is None:
-            if self.settings.impl != "gloo":
-                # No link is made behind the caller's back: a ring needs one connection per
-                # direction of each link (Transport.open makes them, explicitly).
-                raise ConfigError(f"a SecureGroup with impl {self.settings.impl!r} needs its links: pass "
-                                  "transport=Transport.open(pg, settings.timeout_s)")
-            transport = Transport(self.pg, self.settings.timeout_s)   # the setup's messages only
         # The setup's messages cross the transport too, where an adversary can reach them.
         self.transport = transport
         # What every rank must agree on: the group's identity and its settings. It is
@@ -91,9 +88,9 @@ class SecureGroup:
                                             self.exchange_bytes, context=context).session_id
         self.secret = secret
         self.seq = 0
-        self._tx: dict[int, LinkChannel] = {}
-        self._rx: dict[int, LinkChannel] = {}
-        self._group_rx: dict[int, LinkChannel] = {}
+        # The session's link channels (keys derived on first use of each link).
+        self.channels = LinkChannels(self.rank, secret, self.session_id, keys=self.keys, counters=self.counters,
+                                     recorder=recorder, options=self.settings.channel_options())
         # Frame memory per device: a collective's frames live where its tensor does.
         self._arenas: dict[torch.device, FrameArena] = {}
         self.arena = self.arena_for(torch.device("cpu"))
@@ -106,48 +103,23 @@ class SecureGroup:
         # One chain: crypto on the calling thread; no pool hand-offs to pay for.
         self.engine = CryptoEngine(chains) if self.settings.secure and chains > 1 else None
 
+    @property
+    def recorder(self) -> NonceRecorder | None:
+        """What every nonce this group's channels use is reported to (tests); set it before
+        the first collective to see them all."""
+        return self.channels.recorder
+
+    @recorder.setter
+    def recorder(self, recorder: NonceRecorder | None) -> None:
+        self.channels.recorder = recorder
+
     # -- establishment -------------------------------------------------------------
     def exchange_bytes(self, blob: bytes) -> list[bytes]:
         """Every rank's ``blob``, in plaintext, through this group's transport (the setup's
         messages)."""
         return self.transport.exchange(blob)
 
-    # -- channels ------------------------------------------------------------------
-    def _link(self, src: int, dst: int) -> LinkChannel:
-        assert self.secret is not None
-        if self.keys is not None:
-            key = self.keys.link_key(src, dst)
-        else:
-            key = derive_link_key(self.secret, self.session_id, src, dst)
-        return LinkChannel(key, link_id(src, dst), f"{src}->{dst}", counters=self.counters, recorder=self.recorder,
-                           **self.settings.channel_options())
-
-    def tx(self, dst: int) -> LinkChannel:
-        """Channel sealing frames this rank sends to ``dst``."""
-        if dst not in self._tx:
-            self._tx[dst] = self._link(self.rank, dst)
-        return self._tx[dst]
-
-    def rx(self, src: int) -> LinkChannel:
-        """Channel opening frames this rank receives from ``src``."""
-        if src not in self._rx:
-            self._rx[src] = self._link(src, self.rank)
-        return self._rx[src]
-
-    def group_channel(self, owner: int) -> LinkChannel:
-        """Group-key channel of frames sealed by ``owner`` (forwarded all-gather).
-
-        The sealing side (owner == rank) and every opening side advance the same counter
-        sequence, so each rank holds one channel per owner.
-        """
-        if owner not in self._group_rx:
-            assert self.secret is not None
-            key = derive_purpose_key(self.secret, self.session_id, "allgather-group-key")
-            self._group_rx[owner] = LinkChannel(
-                key, _GROUP_LINK_BASE | owner, f"group-key owner {owner}",
-                counters=self.counters, recorder=self.recorder, **self.settings.channel_options())
-        return self._group_rx[owner]
-
+    # -- frames ----------------------------------------------------------------------
     def arena_for(self, device: torch.device) -> FrameArena:
         """The frame arena on ``device`` (made on first use)."""
         arena = self._arenas.get(device)

@@ -47,7 +47,7 @@ def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, ta
     posted = [(f, frame, tr.irecv(frame, f.peer, tag)) for f, frame in zip(recvs, rx)]
     sent = []
     for f, frame in zip(sends, g.arena_for(flat.device).layout("tx", [f.nbytes + TAG_BYTES for f in sends])):
-        g.tx(f.peer).seal(f.plain(u8), frame, aad(f, g.rank, f.peer))
+        g.channels.tx(f.peer).seal(f.plain(u8), frame, aad(f, g.rank, f.peer))
         sent.append(tr.isend(frame, f.peer, tag))
     if sends:
         g.counters.add_message(sealed=True)
@@ -56,11 +56,11 @@ def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, ta
     for f, frame, work in posted:
         tr.wait(work, f.peer, FrameLabel(f"{f.peer}->{g.rank}", where, st.index, f.segment))
         if st.action == "copy":
-            g.rx(f.peer).open(frame, f.plain(u8), aad(f, f.peer, g.rank), collective=where,
+            g.channels.rx(f.peer).open(frame, f.plain(u8), aad(f, f.peer, g.rank), collective=where,
                               step=st.index, segment=f.segment)
         else:
             plain = frame[:f.nbytes]  # opened in place, as in the pipelined engine
-            g.rx(f.peer).open(frame, plain, aad(f, f.peer, g.rank), collective=where,
+            g.channels.rx(f.peer).open(frame, plain, aad(f, f.peer, g.rank), collective=where,
                               step=st.index, segment=f.segment)
             reduction.combine(flat[f.start:f.end], plain.view(flat.dtype))
     if posted:

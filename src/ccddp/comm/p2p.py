@@ -15,7 +15,9 @@ can see a genuine message rejected (the sender's stream order is then not the po
 order); nothing unauthenticated is ever accepted.
 
 The messages travel on a transport of their own (not the collectives' links), so a
-user's tags never meet the collectives' descriptor and data tags.
+user's tags never meet the collectives' descriptor and data tags, and are counted on
+counters of their own (``counters``): a send posted while a collective runs does not show
+in what that collective sealed.
 
 Example::
 
@@ -39,6 +41,7 @@ from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.transport import Transport
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES, LinkChannel, link_id
+from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.keys import derive_purpose_key
 from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
 
@@ -93,7 +96,7 @@ class PendingRecv:
             self.peer = src
             self._open = self._links._open_job(src, self.tag, self._frame, self._out, self._dtype)
         self._open()
-        self._links.group.counters.add_message(sealed=False)
+        self._links.counters.add_message(sealed=False)
         return self.peer
 
 
@@ -105,6 +108,7 @@ class SealedPeerLinks:
             raise ConfigError("sealed point-to-point messages need the group's key material")
         self.group = group
         self.transport = transport
+        self.counters = CryptoCounters()
         self._tx: dict[tuple[int, int], LinkChannel] = {}
         self._rx: dict[tuple[int, int], LinkChannel] = {}
         self._lock = threading.Lock()
@@ -117,7 +121,7 @@ class SealedPeerLinks:
                 g = self.group
                 secret = derive_purpose_key(g.secret, g.session_id, f"p2p/{src}->{dst}/tag/{tag}")
                 ch = LinkChannel(secret, link_id(src, dst), f"{src}->{dst} tag {tag}",
-                                 counters=g.counters, recorder=g.recorder, **g.settings.channel_options())
+                                 counters=self.counters, recorder=g.recorder, **g.settings.channel_options())
                 table[key] = ch
             return ch
 
@@ -154,7 +158,7 @@ class SealedPeerLinks:
         dtype = dtype_name(tensor)
         ch = self._channel(self._tx, self.group.rank, dst, tag)
         ch.seal(plain.numpy(), frame.numpy(), self._aad(self.group.rank, dst, tag, plain.numel(), dtype))
-        self.group.counters.add_message(sealed=True)
+        self.counters.add_message(sealed=True)
         return PendingSend(self, self.transport.isend(frame, dst, tag), frame, dst, tag)
 
     def irecv(self, tensor: torch.Tensor, src: int | None, tag: int = 0) -> PendingRecv:

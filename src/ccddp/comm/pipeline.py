@@ -164,9 +164,9 @@ class _Pipeline:
                 return None
             return lambda: self.reduction.combine(region, frame.view(self.flat.dtype))
         if self._forwarding(s):
-            ch, aad = self.g.group_channel(st.recv_chunk), self._group_ctx(st.recv_chunk, f)
+            ch, aad = self.g.channels.group_channel(st.recv_chunk), self._group_ctx(st.recv_chunk, f)
         else:
-            ch, aad = self.g.rx(f.peer), self._ctx(f, f.peer, self.g.rank)
+            ch, aad = self.g.channels.rx(f.peer), self._ctx(f, f.peer, self.g.rank)
         if j == 0:
             self.g.counters.add_message(sealed=False)
         if st.action == "copy":
@@ -195,9 +195,9 @@ class _Pipeline:
         k = self._take_slot()
         frame = self.slot_memory[k * self.slot_bytes:k * self.slot_bytes + f.nbytes + TAG_BYTES]
         if self._forwarding(s):
-            ch, aad = self.g.group_channel(self.g.rank), self._group_ctx(self.g.rank, f)
+            ch, aad = self.g.channels.group_channel(self.g.rank), self._group_ctx(self.g.rank, f)
         else:
-            ch, aad = self.g.tx(f.peer), self._ctx(f, self.g.rank, f.peer)
+            ch, aad = self.g.channels.tx(f.peer), self._ctx(f, self.g.rank, f.peer)
         if j == 0:
             self.g.counters.add_message(sealed=True)
         return frame, ch.seal_job(plain, frame, aad), k

@@ -17,7 +17,10 @@ from ccddp.comm.domains import check_setting
 from ccddp.crypto.channel import DEFAULT_ROTATE_AFTER, AeadEngine
 from ccddp.errors import ConfigError
 
-IMPLS = ("gloo", "ring", "secure-naive", "secure")
+#: The engine's schedules: the unsealed ring (the trust-domain hierarchy's, inside a domain)
+#: and the two sealed ones. gloo's own plaintext collectives, the CC-off reference of
+#: measurements, are no engine schedule (``ccddp.bench.reference``).
+IMPLS = ("ring", "secure-naive", "secure")
 ALGORITHMS = ("ring", "tree")
 TAGS = ("segment", "message")
 ALLGATHER_MODES = ("per-link", "group-key")
@@ -28,10 +31,10 @@ PLACEMENTS = ("auto", "device", "staged")
 class CommSettings:
     """How collectives run.
 
-    - ``impl``: ``gloo`` (torch.distributed's own, plaintext: the CC-off reference),
-      ``ring`` (plaintext ring over P2P, same schedule as ``secure``), ``secure-naive``
-      (the paper's emulation: seal whole chunk, send, receive, open, reduce) or
-      ``secure`` (pipelined segments).
+    - ``impl``: ``secure`` (pipelined segments, the default), ``secure-naive`` (the
+      paper's emulation: seal whole chunk, send, receive, open, reduce) or ``ring``
+      (the same schedule as ``secure``, unsealed: inside a trust domain, and as a
+      measurement's crypto-free baseline).
     - ``algorithm``: ``ring`` or ``tree`` (binary tree: reduce up, broadcast down).
     - ``segment_bytes``: pipelining unit of ``secure``/``ring``, and the bytes one tag covers
       when ``tag="segment"`` (multi-chain: segments verified in parallel).

@@ -93,7 +93,7 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
         region = u8[a * isz:b * isz]
         if secure:
             frame = tx[slot][j]
-            g.tx(dst).seal(region, frame, ctx(phase, j, g.rank, dst))
+            g.channels.tx(dst).seal(region, frame, ctx(phase, j, g.rank, dst))
         else:
             frame = region
         sends.append((tr.isend(frame, dst, tag), dst))
@@ -109,7 +109,7 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
             frame = up_rx[i][j]
             if secure:
                 out = plain[:per_frame[j]]
-                g.rx(c).open(frame, out, ctx(Phase.TREE_UP, j, c, g.rank), collective=where, step=0,
+                g.channels.rx(c).open(frame, out, ctx(Phase.TREE_UP, j, c, g.rank), collective=where, step=0,
                              segment=j)
                 frame = out
             reduction.combine(flat[a:b], frame.view(flat.dtype))
@@ -121,7 +121,7 @@ def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_
             wait_rx(down_work[j], parent, 1, j)
             region = u8[a * isz:b * isz]
             if secure:
-                g.rx(parent).open(down_rx[0][j], region, ctx(Phase.TREE_DOWN, j, parent, g.rank),
+                g.channels.rx(parent).open(down_rx[0][j], region, ctx(Phase.TREE_DOWN, j, parent, g.rank),
                                   collective=where, step=1, segment=j)
             else:
                 region.copy_(down_rx[0][j])

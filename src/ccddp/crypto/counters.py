@@ -66,5 +66,39 @@ class CryptoCounters:
         return {k: sum(s[k] for s in snapshots) for k in _COUNTER_NAMES}
 
 
+class CountersByOp:
+    """Counter deltas summed per operation name: what each kind of op sealed and opened.
+
+    Whoever runs the ops adds each one's delta (a :meth:`CryptoCounters.diff` of snapshots
+    taken around it) under its name; readers on other threads take a :meth:`snapshot`.
+
+    Example::
+
+        by_op = CountersByOp()
+        by_op.add("all_reduce", CryptoCounters.diff(after, before))
+        by_op.snapshot()["all_reduce"]["seals"]     # 2(n-1) per ring all-reduce
+        by_op.get("broadcast")                       # zeros: none ran
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_op: dict[str, dict] = {}
+
+    def add(self, op: str, delta: dict) -> None:
+        with self._lock:
+            total = self._by_op.get(op)
+            self._by_op[op] = dict(delta) if total is None else {k: total[k] + delta[k] for k in total}
+
+    def get(self, op: str) -> dict:
+        """``op``'s counters (every field zero if no op of that name ran)."""
+        with self._lock:
+            found = self._by_op.get(op)
+            return dict(found) if found is not None else CryptoCounters().snapshot()
+
+    def snapshot(self) -> dict[str, dict]:
+        with self._lock:
+            return {op: dict(c) for op, c in self._by_op.items()}
+
+
 # The public counter fields, in declaration order (snapshot runs twice per collective).
 _COUNTER_NAMES = tuple(f.name for f in fields(CryptoCounters) if not f.name.startswith("_"))
