@@ -61,8 +61,7 @@ from ccddp.comm.domains import DomainMap
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.plan import chunk_bounds, sized_bounds
 from ccddp.comm.reduce import Reduction
-from ccddp.comm.transport import bounded
-from ccddp.errors import ConfigError
+from ccddp.errors import ConfigError, FrameLabel
 
 
 @dataclass
@@ -178,9 +177,9 @@ def hierarchical_reduce_scatter(links: DomainLinks, out: torch.Tensor, inp: torc
 def _hand_over(local: SecureGroup, parts: list[tuple[int, torch.Tensor]]) -> None:
     """Send each ``(local rank, chunk)`` of ``parts`` to its rank, in plaintext."""
     t = local.transport
-    works = [t.isend(part.view(torch.uint8), peer) for peer, part in parts if part.numel()]
-    for w in works:
-        bounded(w, t.timeout.total_seconds())
+    works = [(peer, t.isend(part.view(torch.uint8), peer)) for peer, part in parts if part.numel()]
+    for peer, w in works:
+        t.wait(w, peer, FrameLabel(f"{local.rank}->{peer}", "reduce_scatter hand-over", 2))
 
 
 def _take_over(local: SecureGroup, holder: int, out: torch.Tensor) -> None:
@@ -191,6 +190,7 @@ def _take_over(local: SecureGroup, holder: int, out: torch.Tensor) -> None:
     # of a matrix), and gloo receives into bytes.
     frame = out if out.stride(0) == 1 else torch.empty_like(out, memory_format=torch.contiguous_format)
     t = local.transport
-    bounded(t.irecv(frame.view(torch.uint8), holder), t.timeout.total_seconds())
+    t.wait(t.irecv(frame.view(torch.uint8), holder), holder,
+           FrameLabel(f"{holder}->{local.rank}", "reduce_scatter hand-over", 2))
     if frame is not out:
         out.copy_(frame)
