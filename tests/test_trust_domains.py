@@ -319,3 +319,34 @@ def test_train_measures_a_run_over_trust_domains(tmp_path):
     assert run["settings"]["trust_domains"] == [[0, 1]]
     assert run["seals_per_rank"] == 0, "gradients were sealed inside one domain"
     assert run["bounce_seals_per_iteration"] > 0
+
+
+def test_selftest_attacks_the_links_across_domains(tmp_path):
+    """``ccddp selftest --trust-domains``: 4 ranks as 2 domains of 2. Every attack on the
+    hierarchical collectives strikes shard 0's sealed ring across domains (rank 0 in
+    domain 0 -> rank 2 in domain 1) and is caught there, by rank 2, at the tampered frame;
+    the links inside each domain are stated as plaintext by design, not attacked."""
+    import json
+    import subprocess
+    import sys
+
+    from _security_util import worker_env
+
+    out = tmp_path / "rows.json"
+    attacks, collectives = "flip,replay,splice-link,drop,stall", "all_reduce,reduce_scatter,broadcast"
+    proc = subprocess.run([sys.executable, "-m", "ccddp.cli", "selftest", "--world-size", "4",
+                           "--trust-domains", "[[0,1],[2,3]]", "--attacks", attacks, "--collectives", collectives,
+                           "--json", str(out)], env=worker_env(), capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "15 of 15 cases passed" in proc.stdout
+    assert "plaintext by design" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["trust_domains"] == [[0, 1], [2, 3]]
+    assert [(d["domain"], d["links"]) for d in result["plaintext_links"]] == [([0, 1], ["0<->1"]), ([2, 3], ["2<->3"])]
+    rows = result["rows"]
+    assert len(rows) == 15
+    for r in rows:
+        assert r["passed"] is True, r
+        assert "rank 0 (domain 0) -> rank 2 (domain 1)" in r["expected"], r
+        caught = "PeerTimeoutError at rank 2" if r["attack"] == "stall" else "IntegrityError at rank 2: 0->1"
+        assert r["observed"].startswith(caught), r
