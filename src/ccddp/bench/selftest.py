@@ -453,8 +453,10 @@ class AttackedLink:
     where: str = ""
 
     @classmethod
-    def flat(cls, n: int) -> "AttackedLink":
-        return cls(0, 1, 0, 1, n)
+    def flat(cls, n: int, under_domains: bool = False) -> "AttackedLink":
+        """Link 0 -> 1 of the flat sealed ring (under trust domains too: the collectives
+        that do not follow the map seal every link)."""
+        return cls(0, 1, 0, 1, n, "does not follow the trust domains: every link sealed" if under_domains else "")
 
     @classmethod
     def across(cls, m: DomainMap) -> "AttackedLink":
@@ -500,7 +502,7 @@ def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> di
     the row crosses sealed, on ``run.report``."""
     rank, n = dist.get_rank(), dist.get_world_size()
     across = run.domains is not None and collective in HIERARCHICAL
-    link = AttackedLink.across(run.domains) if across else AttackedLink.flat(n)
+    link = AttackedLink.across(run.domains) if across else AttackedLink.flat(n, run.domains is not None)
     secret, base, report = run.secret, run.base, run.report
     abort = AbortSignal.default(f"{report.session_id.hex()}/{case_no}")
     # A process group per case: a failed case leaves receives behind and its timed-out

@@ -106,13 +106,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def selftest_table(rows: list[dict], title: str = ""):
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title)
     for col in ("attack", "collective", "world", "expected", "observed", "passed"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(r["attack"], r["collective"], str(r["world_size"]), r["expected"], r["observed"],
+        # Escaped: a row's notes and problems are in square brackets, which rich reads as markup.
+        t.add_row(r["attack"], r["collective"], str(r["world_size"]), escape(r["expected"]), escape(r["observed"]),
                   "yes" if r["passed"] else "[bold red]NO[/]")
     return t
 
