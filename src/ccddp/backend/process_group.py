@@ -170,9 +170,9 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         domains = resolve(settings.trust_domains, rank, size, transport.exchange)
         self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks,
                                         domains=domains)
-        # Trust domains larger than one rank: all-reduce and broadcast go hierarchical
-        # (plaintext only inside a domain, on loopback-bound links); every other op stays
-        # sealed end to end.
+        # Trust domains larger than one rank: all-reduce, broadcast and reduce-scatter (equal
+        # chunks) go hierarchical (plaintext only inside a domain, on loopback-bound links);
+        # every other op stays sealed end to end.
         self.domain_links = None if domains.trivial else domain_links(store, rank, domains, self.secure_group,
                                                                        ranks, gloo_timeout)
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
