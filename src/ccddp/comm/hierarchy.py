@@ -177,7 +177,8 @@ def hierarchical_reduce_scatter(links: DomainLinks, out: torch.Tensor, inp: torc
 def _hand_over(local: SecureGroup, parts: list[tuple[int, torch.Tensor]]) -> None:
     """Send each ``(local rank, chunk)`` of ``parts`` to its rank, in plaintext."""
     t = local.transport
-    works = [(peer, t.isend(part.view(torch.uint8), peer)) for peer, part in parts if part.numel()]
+    # gloo's point-to-point takes host memory only: a device chunk goes through a host copy.
+    works = [(peer, t.isend(part.cpu().view(torch.uint8), peer)) for peer, part in parts if part.numel()]
     for peer, w in works:
         t.wait(w, peer, FrameLabel(f"{local.rank}->{peer}", "reduce_scatter hand-over", 2))
 
@@ -186,9 +187,9 @@ def _take_over(local: SecureGroup, holder: int, out: torch.Tensor) -> None:
     """Receive this rank's chunk from local rank ``holder``, in plaintext."""
     if not out.numel():
         return
-    # A one-element "contiguous" tensor may still have a stride other than 1 (a column
-    # of a matrix), and gloo receives into bytes.
-    frame = out if out.stride(0) == 1 else torch.empty_like(out, memory_format=torch.contiguous_format)
+    # gloo receives into host bytes: a device tensor, or a one-element "contiguous" one
+    # whose stride is not 1 (a column of a matrix), receives through a host buffer.
+    frame = out if out.is_cpu and out.stride(0) == 1 else torch.empty(out.shape, dtype=out.dtype)
     t = local.transport
     t.wait(t.irecv(frame.view(torch.uint8), holder), holder,
            FrameLabel(f"{holder}->{local.rank}", "reduce_scatter hand-over", 2))
