@@ -20,8 +20,9 @@ at the end; every other reduction is applied in each phase (all are associative 
 commutative; floating-point results differ from the flat schedule's by summation order).
 
 **Reduce-scatter** (every rank ``r`` ends with the reduction of chunk ``r`` of ``n`` equal
-chunks of ``c`` elements) runs the first two phases of the all-reduce on a reordered copy
-of the input, so that each shard ring's own reduce-scatter ends where the chunks belong:
+chunks of ``c`` elements) runs like the all-reduce's first two phases, with a sealed
+reduce-scatter across domains in place of the all-reduce, on a reordered copy of the
+input, so that each shard ring's reduce-scatter leaves every chunk where it belongs:
 
 - chunk ``r`` travels in shard ``s(r) = l(r) if l(r) < k else l(r) mod k`` (``l(r)``: its
   local index), and within it in the region of ``r``'s domain; the work buffer holds
@@ -38,11 +39,12 @@ of the input, so that each shard ring's own reduce-scatter ends where the chunks
   rank's chunk (one hop, ``c`` elements; only in domains larger than ``k``).
 
 Invariants: every chunk is reduced over every domain exactly once, in exactly one shard
-ring, and reaches its owner; a rank's sealed bytes are its shard's size less its own
-region (``(d-1) * c`` for equal domains of ``g``: the flat ring seals ``(n-1) * c``, about
-``g`` times more); a rank ``>= k`` seals nothing. Every rank derives the same layout from
-the map alone, so the frames of each ring line up. The work buffer is one copy of the
-input, as the flat schedule's is (it reduces into a clone).
+ring, and reaches its owner; a holder seals its shard's size less its domain's region
+(``(d-1) * c`` for equal domains of ``g``: the flat ring seals ``(n-1) * c``, about ``g``
+times more); a rank ``>= k`` seals nothing. Every rank derives the same layout from the
+map alone, so the frames of each ring line up. The work buffer is one copy of the input,
+as the flat schedule's is (it reduces into a clone). At 64 MiB over 2 domains of 2 it took
+0.85x the flat sealed ring's time (BENCHMARKS.md).
 
 Example::
 
