@@ -141,7 +141,7 @@ class HierarchicalCase:
     shard rings across domains, where the adversary sits (``transport``: this rank's
     shard ring, or its domain's links if it holds no shard)."""
 
-    warm_up = False
+    warm_up_runs = 0
 
     def __init__(self, collective: str, links: DomainLinks, transport: AdversarialTransport) -> None:
         if collective not in HIERARCHICAL:
