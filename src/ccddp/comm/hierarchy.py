@@ -44,7 +44,7 @@ ring, and reaches its owner; a holder seals its shard's size less its domain's r
 times more); a rank ``>= k`` seals nothing. Every rank derives the same layout from the
 map alone, so the frames of each ring line up. The work buffer is one copy of the input,
 as the flat schedule's is (it reduces into a clone). At 64 MiB over 2 domains of 2 it took
-0.85x the flat sealed ring's time (BENCHMARKS.md).
+0.85-0.93x the flat sealed ring's time (medians of paired ratios, BENCHMARKS.md).
 
 Example::
 
