@@ -1,6 +1,7 @@
-"""Trust domains: the hierarchical all-reduce and broadcast give gloo's results for any
-map (uneven domains too), seal only what crosses domains (the counters show the
-reduction), every other op stays correct, and ranks that disagree on the map fail fast."""
+"""Trust domains: the hierarchical all-reduce, broadcast and reduce-scatter give gloo's
+results for any map (uneven domains too), seal only what crosses domains (the counters
+show the reduction), every other op stays correct, and ranks that disagree on the map
+fail fast."""
 
 from __future__ import annotations
 
@@ -99,6 +100,66 @@ def test_hierarchical_all_reduce_equals_gloo(n, domains):
         assert res["cross_size"] == (len(domains) if len(domains) > 1 and holds_shard else None), rank
 
 
+def _scatter_rank(rank, n, domains, chunks):
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    from ccddp.backend import Options
+    from ccddp.comm import CommSettings
+
+    settings = CommSettings(segment_bytes=4096, timeout_s=30, trust_domains=domains)
+    pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=30), pg_options=Options(settings=settings))
+    R = dist.ReduceOp
+    bad = []
+    flat_before = pg.secure_group.counters.snapshot()["bytes_sealed"]
+    for c in chunks:
+        for op, dtype in ((R.SUM, torch.float32), (R.AVG, torch.float64), (R.MAX, torch.float32),
+                          (R.MIN, torch.int64), (R.PRODUCT, torch.float64), (R.BXOR, torch.int32)):
+            x = _inp(rank, n * c, dtype)
+            if op == R.PRODUCT:
+                x = 1 + x.abs() / 1000
+            orig, want = x.clone(), torch.empty(c, dtype=dtype)
+            dist.reduce_scatter_tensor(want, x, op=op)                  # gloo, the reference
+            got = torch.full((c,), 7, dtype=dtype)
+            dist.reduce_scatter_tensor(got, x, op=op, group=pg)
+            if not torch.allclose(got.double(), want.double(), rtol=1e-5, atol=1e-5):
+                bad.append(f"reduce_scatter_tensor {op} {dtype} {c}: "
+                           f"max diff {(got.double() - want.double()).abs().max()}")
+            if not torch.equal(x, orig):
+                bad.append(f"reduce_scatter_tensor {op} {dtype} {c}: the input changed")
+        # The list form with equal sizes, into a non-contiguous output, follows the map too.
+        x = _inp(rank, n * c)
+        want = torch.empty(c)
+        dist.reduce_scatter_tensor(want, x)
+        out = torch.zeros(c, 2)[:, 0]
+        dist.reduce_scatter(out, list(x.split(c)), group=pg)
+        if not torch.allclose(out, want, rtol=1e-5, atol=1e-5):
+            bad.append(f"reduce_scatter (list) of {c}")
+    # Uneven sizes stay on the flat sealed ring, still correct.
+    sizes = [r + 1 for r in range(n)]
+    out = torch.empty(rank + 1)
+    dist.reduce_scatter(out, [torch.full((s,), float(rank)) for s in sizes], group=pg)
+    if not torch.equal(out, torch.full((rank + 1,), float(sum(range(n))))):
+        bad.append("reduce_scatter with uneven sizes")
+    flat_sealed = pg.secure_group.counters.snapshot()["bytes_sealed"] - flat_before
+    return {"bad": bad, "flat_sealed": flat_sealed, "uneven": sum(sizes) * 4}
+
+
+@pytest.mark.parametrize("n,domains", MAPS, ids=[str(d) for _, d in MAPS])
+def test_hierarchical_reduce_scatter_equals_gloo(n, domains):
+    """Equal chunks follow the map: gloo's results, and nothing of them sealed on the
+    flat links (only the uneven call, which stays flat, is)."""
+    results = run_ranks(_scatter_rank, n, domains, [1, 7, 4099], timeout=300)
+    for rank, res in enumerate(results):
+        assert res["bad"] == [], (rank, res["bad"])
+        # The uneven call seals at most its whole input, with descriptors: the equal
+        # calls sealed nothing on the flat links.
+        assert res["flat_sealed"] <= res["uneven"] + 256, (rank, res)
+
+
 def _bytes_rank(rank, n, domains, numel):
     import os
     from datetime import timedelta
@@ -114,6 +175,8 @@ def _bytes_rank(rank, n, domains, numel):
     sealed = {}
     for op, call in (("all_reduce", lambda: dist.all_reduce(torch.ones(numel), group=pg)),
                      ("broadcast", lambda: dist.broadcast(torch.ones(numel), 0, group=pg)),
+                     ("reduce_scatter", lambda: dist.reduce_scatter_tensor(torch.empty(numel), torch.ones(n * numel),
+                                                                           group=pg)),
                      ("all_gather", lambda: dist.all_gather_into_tensor(torch.empty(n * numel), torch.ones(numel),
                                                                         group=pg))):
         before = pg.crypto_counters()["bytes_sealed"]
@@ -133,6 +196,9 @@ def test_bytes_sealed_per_rank_drop_by_the_domain_size(domains):
         # All-reduce: 2(d-1)/d * S/g data bytes (the flat schedule: d = n, g = 1), within a
         # chunk's rounding and the descriptors' bytes.
         assert abs(sealed["all_reduce"] - 2 * (d - 1) / d * size / g) <= 64, (domains, sealed)
+        # Reduce-scatter: (d-1) chunks of S (the flat ring: n-1), on every rank here (equal
+        # domains: every rank holds a shard).
+        assert abs(sealed["reduce_scatter"] - (d - 1) * size) <= 64, (domains, sealed)
         # All-gather stays sealed end to end whatever the map: n-1 inputs.
         assert abs(sealed["all_gather"] - (n - 1) * size) <= 64, (domains, sealed)
     # Broadcast of S from rank 0: S/g at most, sealed once per shard (flat: S at every rank
@@ -253,3 +319,34 @@ def test_train_measures_a_run_over_trust_domains(tmp_path):
     assert run["settings"]["trust_domains"] == [[0, 1]]
     assert run["seals_per_rank"] == 0, "gradients were sealed inside one domain"
     assert run["bounce_seals_per_iteration"] > 0
+
+
+def test_selftest_attacks_the_links_across_domains(tmp_path):
+    """``ccddp selftest --trust-domains``: 4 ranks as 2 domains of 2. Every attack on the
+    hierarchical collectives strikes shard 0's sealed ring across domains (rank 0 in
+    domain 0 -> rank 2 in domain 1) and is caught there, by rank 2, at the tampered frame;
+    the links inside each domain are stated as plaintext by design, not attacked."""
+    import json
+    import subprocess
+    import sys
+
+    from _security_util import worker_env
+
+    out = tmp_path / "rows.json"
+    attacks, collectives = "flip,replay,splice-link,drop,stall", "all_reduce,reduce_scatter,broadcast"
+    proc = subprocess.run([sys.executable, "-m", "ccddp.cli", "selftest", "--world-size", "4",
+                           "--trust-domains", "[[0,1],[2,3]]", "--attacks", attacks, "--collectives", collectives,
+                           "--json", str(out)], env=worker_env(), capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "15 of 15 cases passed" in proc.stdout
+    assert "plaintext by design" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["trust_domains"] == [[0, 1], [2, 3]]
+    assert [(d["domain"], d["links"]) for d in result["plaintext_links"]] == [([0, 1], ["0<->1"]), ([2, 3], ["2<->3"])]
+    rows = result["rows"]
+    assert len(rows) == 15
+    for r in rows:
+        assert r["passed"] is True, r
+        assert "rank 0 (domain 0) -> rank 2 (domain 1)" in r["expected"], r
+        caught = "PeerTimeoutError at rank 2" if r["attack"] == "stall" else "IntegrityError at rank 2: 0->1"
+        assert r["observed"].startswith(caught), r

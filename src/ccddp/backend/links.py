@@ -92,8 +92,8 @@ def domain_links(store, rank: int, domains: DomainMap, group: SecureGroup, globa
                             transport=Transport(up, group.settings.timeout_s, downward=down),
                             ranks=[global_ranks[r] for r in leaders])
     if len(domains.domains) == 1 and rank == 0:
-        print("ccddp: every rank of this group is in one trust domain: its all-reduces and "
-              "broadcasts are not sealed",
+        print("ccddp: every rank of this group is in one trust domain: its all-reduces, "
+              "broadcasts and reduce-scatters are not sealed",
               file=sys.stderr, flush=True)
     return DomainLinks(domains, rank, plain, cross)
 

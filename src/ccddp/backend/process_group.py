@@ -14,8 +14,8 @@ Inside, the group keeps bare gloo connection sets built from a ``PrefixStore`` o
 group's own store (:mod:`ccddp.backend.links`): collectives (one per link direction) and
 point-to-point messages, and, with trust domains larger than one rank
 (``CommSettings.trust_domains``), its domain's loopback-bound plaintext set and its
-shard's sealed ring across domains, over which all-reduce and broadcast run
-hierarchically
+shard's sealed ring across domains, over which all-reduce, broadcast and reduce-scatter
+(equal chunks) run hierarchically
 (:mod:`ccddp.comm.hierarchy`). They are registered nowhere: users, torch's group registry
 and ``torch.compile`` never see them, and every op method is kept out of dynamo's tracing
 (``torch.compiler.disable``).
@@ -47,7 +47,7 @@ from ccddp.comm.plan import sized_bounds
 from ccddp.comm.reduce import Reduction
 from ccddp.backend.links import domain_links, internal_links
 from ccddp.comm.domains import resolve
-from ccddp.comm.hierarchy import hierarchical_all_reduce, hierarchical_broadcast
+from ccddp.comm.hierarchy import hierarchical_all_reduce, hierarchical_broadcast, hierarchical_reduce_scatter
 from ccddp.comm.transport import Transport
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.device import triton_available
@@ -170,9 +170,9 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         domains = resolve(settings.trust_domains, rank, size, transport.exchange)
         self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks,
                                         domains=domains)
-        # Trust domains larger than one rank: all-reduce and broadcast go hierarchical
-        # (plaintext only inside a domain, on loopback-bound links); every other op stays
-        # sealed end to end.
+        # Trust domains larger than one rank: all-reduce, broadcast and reduce-scatter (equal
+        # chunks) go hierarchical (plaintext only inside a domain, on loopback-bound links);
+        # every other op stays sealed end to end.
         self.domain_links = None if domains.trivial else domain_links(store, rank, domains, self.secure_group,
                                                                        ranks, gloo_timeout)
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
@@ -421,6 +421,13 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
     # -- reduce-scatter ------------------------------------------------------------------
+    def _reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, red: Reduction) -> None:
+        """Equal chunks, 1-D contiguous: hierarchical over trust domains, else the flat ring."""
+        if self.domain_links is not None:
+            hierarchical_reduce_scatter(self.domain_links, out, inp, red)
+        else:
+            run_reduce_scatter(self.secure_group, out, inp, red)
+
     @_eager
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         out = _one(output_tensors, "reduce_scatter")
@@ -439,7 +446,10 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
         def job() -> None:
             flat = torch.cat([x.reshape(-1) for x in srcs])
-            run_reduce_scatter(self.secure_group, buf.view(-1), flat, red, bounds)
+            if bounds is None:
+                self._reduce_scatter(buf.view(-1), flat, red)
+            else:
+                run_reduce_scatter(self.secure_group, buf.view(-1), flat, red, bounds)
             back()
 
         return self._submit("reduce_scatter", job, output_tensors, input_lists)
@@ -454,7 +464,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         src = self._input(input)
 
         def job() -> None:
-            run_reduce_scatter(self.secure_group, buf.view(-1), src.view(-1), red)
+            self._reduce_scatter(buf.view(-1), src.view(-1), red)
             back()
 
         return job

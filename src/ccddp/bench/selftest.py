@@ -54,15 +54,20 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from ccddp.backend.links import domain_links
+from ccddp.bench.options import trust_domains_setting
 from ccddp.bench.reference import all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup
 from ccddp.comm.control import gather_json
+from ccddp.comm.domains import DomainMap, resolve as resolve_domains
+from ccddp.comm.hierarchy import DomainLinks, hierarchical_all_reduce, hierarchical_broadcast, hierarchical_reduce_scatter
+from ccddp.comm.reduce import Reduction
 from ccddp.comm.transport import Transport
 from ccddp.crypto.establish import EstablishmentError, KeyEstablishment
 from ccddp.crypto.keys import GroupSecret
-from ccddp.bench.selftest_options import (COLLECTIVES, DATA_ATTACKS, FAULTS, SETUP_ATTACKS, build_parser, cases,
-                                          check_lists, parse_lists)
+from ccddp.bench.selftest_options import (COLLECTIVES, DATA_ATTACKS, FAULTS, HIERARCHICAL, SETUP_ATTACKS, build_parser,
+                                          cases, check_lists, parse_lists, plaintext_links)
 from ccddp.errors import CCDDPError, ConfigError, FrameLabel, IntegrityError, PeerTimeoutError
 from ccddp.testing.adversary import (AbandonedWait, AbortSignal, AdversarialTransport, AdversaryError, Rule,
                                      SetupRule)
@@ -128,6 +133,40 @@ class CollectiveCase:
     def close(self) -> None:
         pass
 
+
+
+class HierarchicalCase:
+    """All-reduce, reduce-scatter or broadcast over trust domains, the ccddp backend's own
+    schedules (:mod:`ccddp.comm.hierarchy`): plaintext inside each domain, sealed on the
+    shard rings across domains, where the adversary sits (``transport``: this rank's
+    shard ring, or its domain's links if it holds no shard)."""
+
+    warm_up_runs = 0
+
+    def __init__(self, collective: str, links: DomainLinks, transport: AdversarialTransport) -> None:
+        if collective not in HIERARCHICAL:
+            raise ConfigError(f"{collective} does not follow the trust domains; choose from {', '.join(HIERARCHICAL)}")
+        self.collective, self.links, self.transport = collective, links, transport
+
+    def run(self) -> bool:
+        links, c = self.links, self.collective
+        n, r = links.world_size, links.rank
+        if c == "all_reduce":
+            x = _pattern(n * _CHUNK, r)
+            hierarchical_all_reduce(links, x, Reduction.SUM)
+            return torch.equal(x, _ar_expect(n * _CHUNK, n))
+        if c == "reduce_scatter":
+            out = torch.empty(_CHUNK)
+            hierarchical_reduce_scatter(links, out, _pattern(n * _CHUNK, r), Reduction.SUM)
+            return torch.equal(out, _ar_expect(n * _CHUNK, n)[r * _CHUNK:(r + 1) * _CHUNK])
+        x = _pattern(_CHUNK, r)
+        hierarchical_broadcast(links, x, 0)
+        return torch.equal(x, _pattern(_CHUNK, 0))
+
+    def close(self) -> None:
+        for group in (self.links.local, self.links.cross):
+            if group is not None:
+                group.close()
 
 
 
@@ -400,6 +439,51 @@ def _labels_from(table: dict[str, dict]) -> dict[int, FrameLabel]:
     return {int(i): FrameLabel(**d) for i, d in table.items()}
 
 
+@dataclass(frozen=True)
+class AttackedLink:
+    """The directed link a case attacks: ``src -> dst`` in the group's ranks (their
+    outcomes decide the row), ``ring_src -> ring_dst`` in the ranks of the ring that
+    carries it (``ring_size`` ranks), and, across trust domains, where that ring runs."""
+
+    src: int
+    dst: int
+    ring_src: int
+    ring_dst: int
+    ring_size: int
+    where: str = ""
+
+    @classmethod
+    def flat(cls, n: int, under_domains: bool = False) -> "AttackedLink":
+        """Link 0 -> 1 of the flat sealed ring (under trust domains too: the collectives
+        that do not follow the map seal every link)."""
+        return cls(0, 1, 0, 1, n, "does not follow the trust domains: every link sealed" if under_domains else "")
+
+    @classmethod
+    def across(cls, m: DomainMap) -> "AttackedLink":
+        """Shard 0's sealed ring, from domain 0's holder to domain 1's: ring ranks are
+        domain indices (:func:`ccddp.backend.links.domain_links`)."""
+        src, dst = m.leaders(0)[:2]
+        return cls(src, dst, 0, 1, len(m.domains),
+                   f"shard 0's sealed ring across domains: rank {src} (domain 0) -> rank {dst} (domain 1)")
+
+
+def _case_links(run: "SelftestRun", case_no: int, g: SecureGroup, tag: int, abort: AbortSignal) -> DomainLinks:
+    """The backend's links over ``run.domains`` for one case (rendezvoused under keys of
+    the case's own), every set on an adversarial transport that shares the case's abort
+    signal: the shard ring's so the adversary can reach it, the domain's so a rank
+    waiting inside its domain is released when a peer stops."""
+    store = dist.PrefixStore(f"ccddp/selftest/{run.report.session_id.hex()}/case-{case_no}/",
+                             dist.distributed_c10d._get_default_store())
+    links = domain_links(store, dist.get_rank(), run.domains, g, list(range(dist.get_world_size())),
+                         timedelta(seconds=run.base.timeout_s + 5))
+    for group in (links.local, links.cross):
+        if group is not None:
+            # Swapped in after the group's setup: the adversary acts on data frames here.
+            group.transport = AdversarialTransport(group.pg, run.base.timeout_s, tag=tag, abort=abort)
+            run.transports.append(group.transport)
+    return links
+
+
 @dataclass
 class SelftestRun:
     """What the cases of one selftest share."""
@@ -408,6 +492,7 @@ class SelftestRun:
     base: CommSettings
     short_timeout_s: float
     report: SecureGroup         # clean and secure: every verdict-deciding message crosses it
+    domains: DomainMap | None = None    # trust domains (at least two) the hierarchical cases run over
     setup_history: list = field(default_factory=list)       # every setup each rank received
     transports: list[AdversarialTransport] = field(default_factory=list)
 
@@ -416,7 +501,8 @@ def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> di
     """Run one case on every rank; every rank returns the same judged row. What decides
     the row crosses sealed, on ``run.report``."""
     rank, n = dist.get_rank(), dist.get_world_size()
-    src, dst = 0, 1
+    across = run.domains is not None and collective in HIERARCHICAL
+    link = AttackedLink.across(run.domains) if across else AttackedLink.flat(n, run.domains is not None)
     secret, base, report = run.secret, run.base, run.report
     abort = AbortSignal.default(f"{report.session_id.hex()}/{case_no}")
     # A process group per case: a failed case leaves receives behind and its timed-out
@@ -429,8 +515,15 @@ def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> di
     plan, case, g = None, None, None
     try:
         g = SecureGroup(base, secret, pg, transport=tr)
-        ok0 = CollectiveCase("all_reduce", g, tr).run()
-        case = make_case(collective, g, tr, secret)
+        if across:
+            links = _case_links(run, case_no, g, tr.tag, abort)
+            # The rule goes on the shard ring where this rank holds shard 0; elsewhere on
+            # the case's flat links, which the hierarchical collectives do not use.
+            ring = links.cross.transport if links.cross is not None and links.local.rank == 0 else tr
+            warm, case = HierarchicalCase("all_reduce", links, ring), HierarchicalCase(collective, links, ring)
+        else:
+            warm, case = CollectiveCase("all_reduce", g, tr), make_case(collective, g, tr, secret)
+        ok0 = warm.run()
         if case.transport is not tr:
             tr = case.transport
             run.transports.append(tr)
@@ -444,18 +537,20 @@ def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> di
         abort.set(f"rank {rank} failed before the attack")
         setup = {"status": "error", "message": f"{type(e).__name__}: {_one_line(e)}"}
     mine = {"setup": setup,
-            "sizes": [tr.sent_sizes[w].get(dst, []) if rank == src else [] for w in (0, 1)],
-            "labels": [_labels_of(tr.recv_labels[w].get(src, {})) if rank == dst else {} for w in (0, 1)]}
+            "sizes": [tr.sent_sizes[w].get(link.ring_dst, []) if rank == link.src else [] for w in (0, 1)],
+            "labels": [_labels_of(tr.recv_labels[w].get(link.ring_src, {})) if rank == link.dst else {}
+                       for w in (0, 1)]}
     views = gather_json(mine, report)
     failed = [f"rank {r}: {v['setup']['message']}" for r, v in enumerate(views) if v["setup"]["status"] != "ok"]
     outcome: dict = {"status": "skipped"}
     if not failed:
         try:
             if collective == "setup":
-                plan = _setup_plan(attack, src, dst, base.timeout_s)
+                plan = _setup_plan(attack, link.src, link.dst, base.timeout_s)
             else:
-                labels = [_labels_from(views[dst]["labels"][w]) for w in (0, 1)]
-                plan = _plan(attack, n, src, dst, views[src]["sizes"], labels, base.timeout_s, run.short_timeout_s)
+                labels = [_labels_from(views[link.dst]["labels"][w]) for w in (0, 1)]
+                plan = _plan(attack, link.ring_size, link.ring_src, link.ring_dst, views[link.src]["sizes"], labels,
+                             base.timeout_s, run.short_timeout_s)
         except CCDDPError as e:
             failed = [f"cannot stage the attack: {_one_line(e)}"]
     if not failed:
@@ -466,14 +561,15 @@ def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> di
         outcome["applied"] = len(tr.applied)
         if isinstance(case, SetupCase):
             outcome["keys_used"] = case.keys_used
-        label = tr.label(src, plan.target) if rank == dst and collective != "setup" else None
+        label = tr.label(link.ring_src, plan.target) if rank == link.dst and collective != "setup" else None
         outcome["label"] = label.as_dict() if label is not None else None
     if case is not None:
         case.close()
     if g is not None:
         g.close()
     outcomes = gather_json(outcome, report)
-    return judge(attack, collective, n, src, dst, plan, failed, outcomes)
+    row = judge(attack, collective, n, link.src, link.dst, plan, failed, outcomes)
+    return {**row, "expected": f"{row['expected']} [{link.where}]"} if link.where else row
 
 
 # -- the verdict ---------------------------------------------------------------------------
@@ -569,8 +665,16 @@ def _judge_setup(plan: Plan, outcomes: list[dict], problems: list[str]) -> tuple
 
 
 def run_selftest(attacks: list[str], collectives: list[str], settings: CommSettings,
-                 short_timeout_s: float = 2.0, secret: GroupSecret | None = None) -> list[dict]:
+                 short_timeout_s: float = 2.0, secret: GroupSecret | None = None,
+                 trust_domains="rank") -> list[dict]:
     """Run every (attack, collective) case on the initialized default process group.
+
+    ``trust_domains`` (a ``CommSettings.trust_domains`` value of at least two domains):
+    all-reduce, reduce-scatter and broadcast run the backend's hierarchical schedules over
+    them, and their attacks strike shard 0's sealed ring across domains; the links inside
+    a domain are plaintext by design and not attacked (:func:`plaintext_links` lists
+    them). Every other collective is sealed end to end under any map, and is attacked as
+    without domains.
 
     Keys: ``secret`` if given; else the authenticated exchange if ``CCDDP_IDENTITY`` is
     set; else the pre-shared secret from the environment. Every rank returns the same
@@ -586,6 +690,7 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
     check_lists(attacks, collectives)
     if dist.get_world_size() < 2:
         raise ConfigError("selftest needs a world size of at least 2")
+    domains = selftest_domains(trust_domains, settings.timeout_s)
     if not settings.secure:
         raise ConfigError(f"selftest checks the secure implementations; impl={settings.impl!r} has no crypto")
     if secret is None and KeyEstablishment.from_env() is None:
@@ -596,7 +701,7 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
     wait_s = 3 * settings.timeout_s + 30
     report = SecureGroup(CommSettings(impl="secure", timeout_s=wait_s), secret, transport=Transport.open(
         dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s)), wait_s))
-    run = SelftestRun(secret, settings, short_timeout_s, report)
+    run = SelftestRun(secret, settings, short_timeout_s, report, domains)
     try:
         return [run_case(i, attack, collective, run)
                 for i, (attack, collective) in enumerate(cases(attacks, collectives), start=1)]
@@ -606,6 +711,19 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
         for tr in run.transports:
             tr.settle()
         report.close()
+
+
+def selftest_domains(setting, timeout_s: float) -> DomainMap | None:
+    """The map ``setting`` names on the default group (None: every rank its own domain),
+    refused with a :class:`ConfigError` if it leaves no link across domains to attack."""
+    n = dist.get_world_size()
+    m = resolve_domains(setting, dist.get_rank(), n, Transport(dist.group.WORLD, timeout_s).exchange)
+    if m.trivial:
+        return None
+    if len(m.domains) < 2:
+        raise ConfigError(f"--trust-domains {m.as_lists()}: one domain holds every rank, so no link crosses "
+                          "domains and nothing is sealed to attack")
+    return m
 
 
 # -- faults (one torchrun job each) -------------------------------------------------------
@@ -688,14 +806,21 @@ def main() -> None:
     attacks, collectives = parse_lists(args)
     init_from_env(max(30.0, 3 * args.timeout))
     settings = CommSettings(impl=args.impl, segment_bytes=_SEGMENT, chains=2, timeout_s=args.timeout)
-    rows = run_selftest(attacks, collectives, settings, args.stall_timeout)
+    # Resolved here, on every rank ("node" asks every rank where it runs), then passed on
+    # as the explicit map.
+    domains = selftest_domains(trust_domains_setting(args.trust_domains), settings.timeout_s)
+    rows = run_selftest(attacks, collectives, settings, args.stall_timeout,
+                        trust_domains=domains.as_lists() if domains is not None else "rank")
     if dist.get_rank() == 0 and args.json:
         # Written before a failure is raised, so the CLI can show the table either way.
         from ccddp.bench.machine import machine_info
 
         with open(args.json, "w") as f:
             json.dump({"schema": SCHEMA, "machine": machine_info(), "world_size": dist.get_world_size(),
-                       "settings": settings.as_dict(), "rows": rows}, f, indent=2)
+                       "settings": settings.as_dict(),
+                       "trust_domains": domains.as_lists() if domains is not None else None,
+                       "plaintext_links": plaintext_links(domains.as_lists()) if domains is not None else [],
+                       "rows": rows}, f, indent=2)
     if not all(r["passed"] for r in rows):
         failed = [f"{r['attack']}/{r['collective']}" for r in rows if not r["passed"]]
         raise CCDDPError(f"selftest: {len(failed)} of {len(rows)} cases failed: {', '.join(failed[:6])}")

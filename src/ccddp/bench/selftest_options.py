@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import argparse
 
+from ccddp.bench.options import trust_domains_setting
 from ccddp.errors import ConfigError
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "ddp_step", "setup")
+# What runs hierarchically over trust domains (the ccddp backend's schedules): under
+# ``--trust-domains`` their attacks strike the sealed shard rings across domains. The
+# others are sealed end to end under any map, and are attacked as without domains.
+HIERARCHICAL = ("all_reduce", "reduce_scatter", "broadcast")
 INTEGRITY_ATTACKS = ("flip", "truncate", "replay", "reorder", "drop", "splice-step", "splice-bucket", "splice-link")
 DATA_ATTACKS = INTEGRITY_ATTACKS + ("delay", "stall")
 # Attacks on the setup's messages, and the exchange each one strikes (0: the ranks'
@@ -47,6 +52,21 @@ def check_lists(attacks: list[str], collectives: list[str]) -> None:
                           f"(the setup takes {', '.join(SETUP_ATTACKS)}; collectives take {', '.join(DATA_ATTACKS)})")
 
 
+def plaintext_links(domains: list[list[int]]) -> list[dict]:
+    """The links inside each trust domain of ``domains`` (an explicit map): plaintext by
+    design, so the self-test states them instead of attacking them.
+
+    Example::
+
+        plaintext_links([[0, 1], [2, 3]])[0]["links"]     # ["0<->1"]
+    """
+    return [{"domain": list(d), "links": [f"{a}<->{b}" for i, a in enumerate(d) for b in d[i + 1:]],
+             "status": "plaintext by design, not attacked",
+             "why": "ranks of one trust domain share its boundary; these links are bound to loopback and carry "
+                    "only the phases of the hierarchical collectives inside the domain"}
+            for d in domains if len(d) > 1]
+
+
 # -- faults (one torchrun job each): what each does and the error that must end the job
 
 FAULTS = {
@@ -70,6 +90,12 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                         "that set a secure group up)")
     p.add_argument("--impl", default="secure", choices=["secure", "secure-naive"],
                    help="secure collective implementation under attack: pipelined (secure) or the paper's (secure-naive)")
+    p.add_argument("--trust-domains", default="rank", metavar="MAP",
+                   help="which ranks share a trust boundary: rank (every rank its own, the default), node, or a "
+                        "JSON list of rank lists such as [[0,1],[2,3]] (at least two domains). "
+                        f"{', '.join(HIERARCHICAL)} then run the backend's hierarchical schedules, and their "
+                        "attacks strike the sealed links across domains; links inside a domain are plaintext by "
+                        "design and listed, not attacked")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds a rank may wait on a peer")
     p.add_argument("--stall-timeout", type=float, default=2.0,
                    help="timeout of the cases that must end in a timeout (stall, a dropped last frame)")
@@ -86,4 +112,5 @@ def parse_lists(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     check_lists(attacks, collectives)
     if args.timeout <= 0 or args.stall_timeout <= 0:
         raise ConfigError("timeouts must be positive")
+    trust_domains_setting(args.trust_domains)
     return attacks, collectives

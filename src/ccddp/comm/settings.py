@@ -61,8 +61,8 @@ class CommSettings:
       installed). Frames are the same either way; CPU tensors are not affected.
     - ``trust_domains``: which ranks share a trust boundary (:mod:`ccddp.comm.domains`):
       ``"rank"`` (default: every link sealed), ``"node"`` or a list of rank lists. The
-      ccddp backend's all-reduce and broadcast run hierarchically over domains,
-      plaintext only inside one.
+      ccddp backend's all-reduce, broadcast and reduce-scatter (equal chunks) run
+      hierarchically over domains, plaintext only inside one.
     """
 
     impl: str = "secure"
