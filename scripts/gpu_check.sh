@@ -7,7 +7,7 @@
 #   kernels   scripts/compile_device_kernels.py for the GPU's architecture: registers and
 #             spills of every kernel variant (the fastest sign that Triton works here)
 #   tests     the CUDA cases of tests/test_device_aead.py, test_device_channel.py,
-#             test_backend_cuda.py, test_bounce.py (the input path opened on the GPU),
+#             test_backend_device.py, test_bounce.py (the input path opened on the GPU),
 #             test_calibrate.py (calibrate --device cuda --fast) and test_pads.py
 #   collectives-device, collectives-staged
 #             ccddp bench collectives --device cuda: 2 ranks on the one GPU, 64 MiB, gloo
@@ -214,7 +214,7 @@ fi
 # -- tests: the CUDA cases (ids ending in -cuda / [cuda]; without a GPU they skip) --------
 # Every file with CUDA cases that this tree has (some arrive with other branches).
 test_files=()
-for f in tests/test_device_aead.py tests/test_device_channel.py tests/test_backend_cuda.py \
+for f in tests/test_device_aead.py tests/test_device_channel.py tests/test_backend_device.py \
     tests/test_bounce.py tests/test_calibrate.py tests/test_pads.py; do
     if [[ -f $f ]]; then test_files+=("$f"); else log "tests: $f is not in this tree: its CUDA cases are left out"; fi
 done
