@@ -20,7 +20,9 @@ def _inp(rank: int, numel: int, dtype=torch.float32) -> torch.Tensor:
     return torch.randint(0, 1 << 20, (numel,), generator=g, dtype=dtype)
 
 
-def _domains_rank(rank, n, domains, numels):
+def _map_rank(rank, n, domains, numels):
+    """One group over the map: every op against gloo (all-reduce, broadcast, all-gather
+    and the rest), then reduce-scatter (equal and uneven chunks)."""
     import os
     from datetime import timedelta
 
@@ -32,6 +34,12 @@ def _domains_rank(rank, n, domains, numels):
 
     settings = CommSettings(segment_bytes=4096, timeout_s=30, trust_domains=domains)
     pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=30), pg_options=Options(settings=settings))
+    return {**_every_op(pg, rank, n, numels), **_scatter_checks(pg, rank, n, numels)}
+
+
+def _every_op(pg, rank, n, numels):
+    import torch.distributed as dist
+
     R = dist.ReduceOp
     bad = []
     for numel in numels:
@@ -90,28 +98,26 @@ MAPS = [
 
 
 @pytest.mark.parametrize("n,domains", MAPS, ids=[str(d) for _, d in MAPS])
-def test_hierarchical_all_reduce_equals_gloo(n, domains):
-    results = run_ranks(_domains_rank, n, domains, [1, 7, 4099], timeout=240)
+def test_hierarchical_collectives_equal_gloo(n, domains):
+    """Every op under the map gives gloo's results; equal-chunk reduce-scatters follow the
+    map: nothing of them sealed on the flat links (only the uneven call, which stays flat,
+    is)."""
+    results = run_ranks(_map_rank, n, domains, [1, 7, 4099], timeout=400)
     for rank, res in enumerate(results):
         assert res["bad"] == [], (rank, res["bad"])
+        assert res["scatter_bad"] == [], (rank, res["scatter_bad"])
         assert sorted(map(tuple, res["domains"])) == sorted(map(tuple, domains))
         mine = next(d for d in domains if rank in d)
         holds_shard = mine.index(rank) < min(len(d) for d in domains)
         assert res["cross_size"] == (len(domains) if len(domains) > 1 and holds_shard else None), rank
+        # The uneven call seals at most its whole input, with descriptors: the equal
+        # calls sealed nothing on the flat links.
+        assert res["flat_sealed"] <= res["uneven"] + 256, (rank, res)
 
 
-def _scatter_rank(rank, n, domains, chunks):
-    import os
-    from datetime import timedelta
-
+def _scatter_checks(pg, rank, n, chunks):
     import torch.distributed as dist
 
-    os.environ["CCDDP_GROUP_SECRET"] = SECRET
-    from ccddp.backend import Options
-    from ccddp.comm import CommSettings
-
-    settings = CommSettings(segment_bytes=4096, timeout_s=30, trust_domains=domains)
-    pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=30), pg_options=Options(settings=settings))
     R = dist.ReduceOp
     bad = []
     flat_before = pg.secure_group.counters.snapshot()["bytes_sealed"]
@@ -145,19 +151,9 @@ def _scatter_rank(rank, n, domains, chunks):
     if not torch.equal(out, torch.full((rank + 1,), float(sum(range(n))))):
         bad.append("reduce_scatter with uneven sizes")
     flat_sealed = pg.secure_group.counters.snapshot()["bytes_sealed"] - flat_before
-    return {"bad": bad, "flat_sealed": flat_sealed, "uneven": sum(sizes) * 4}
+    return {"scatter_bad": bad, "flat_sealed": flat_sealed, "uneven": sum(sizes) * 4}
 
 
-@pytest.mark.parametrize("n,domains", MAPS, ids=[str(d) for _, d in MAPS])
-def test_hierarchical_reduce_scatter_equals_gloo(n, domains):
-    """Equal chunks follow the map: gloo's results, and nothing of them sealed on the
-    flat links (only the uneven call, which stays flat, is)."""
-    results = run_ranks(_scatter_rank, n, domains, [1, 7, 4099], timeout=300)
-    for rank, res in enumerate(results):
-        assert res["bad"] == [], (rank, res["bad"])
-        # The uneven call seals at most its whole input, with descriptors: the equal
-        # calls sealed nothing on the flat links.
-        assert res["flat_sealed"] <= res["uneven"] + 256, (rank, res)
 
 
 def _bytes_rank(rank, n, domains, numel):
