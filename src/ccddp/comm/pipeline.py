@@ -92,6 +92,9 @@ class _Pipeline:
         # stream (the launch is the host's whole share of the work); host frames go to
         # the crypto threads.
         self.pool = g.engine if flat.device.type == "cpu" else None
+        # What the channel gets: host memory as numpy views (made here, once per frame,
+        # not again inside every job), device memory as tensors.
+        self.crypto_buffer = (lambda t: t.numpy()) if flat.device.type == "cpu" else (lambda t: t)
         self.dtype = dtype_name(flat)
         seg_elems = max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // self.isz)
         self.sends, self.recvs = step_frames(steps, seg_elems, self.isz)
@@ -170,11 +173,13 @@ class _Pipeline:
         if j == 0:
             self.g.counters.add_message(sealed=False)
         if st.action == "copy":
-            return ch.open_job(frame, f.plain(self.u8), aad, collective=self.where, step=s, segment=j)
+            return ch.open_job(self.crypto_buffer(frame), self.crypto_buffer(f.plain(self.u8)), aad,
+                               collective=self.where, step=s, segment=j)
         # Open in place (OpenSSL's GCM allows out == in): the frame's first bytes become
         # the plaintext, saving a scratch buffer and a pass over memory.
         plain = frame[:f.nbytes]
-        opened = ch.open_job(frame, plain, aad, collective=self.where, step=s, segment=j)
+        opened = ch.open_job(self.crypto_buffer(frame), self.crypto_buffer(plain), aad, collective=self.where,
+                             step=s, segment=j)
         as_dtype = plain.view(self.flat.dtype)
 
         def open_and_reduce() -> None:
@@ -200,7 +205,7 @@ class _Pipeline:
             ch, aad = self.g.channels.tx(f.peer), self._ctx(f, self.g.rank, f.peer)
         if j == 0:
             self.g.counters.add_message(sealed=True)
-        return frame, ch.seal_job(plain, frame, aad), k
+        return frame, ch.seal_job(self.crypto_buffer(plain), self.crypto_buffer(frame), aad), k
 
     def _take_slot(self) -> int:
         """The next send slot, once the last frame sealed into it has been sent."""
