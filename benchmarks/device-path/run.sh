@@ -16,7 +16,7 @@ run() {  # name tree cmd...
   ( cd /tmp/$tree && PYTHONPATH=/tmp/$tree/src timeout 900 "$@" ) > "/tmp/$name-$tree.log" 2>&1
   echo "$(date -u +%FT%TZ) end $name $tree rc $? load $(cut -d' ' -f1 /proc/loadavg)" >> "$LOG"
 }
-for r in $(seq 1 "$ROUNDS"); do
+for r in $(seq "${FIRST:-1}" "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="orig new"; else order="new orig"; fi
   for ws in 2 4; do
     for t in $order; do
