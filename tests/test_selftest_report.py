@@ -200,3 +200,18 @@ def test_the_cli_fails_when_any_rank_failed(tmp_path, monkeypatch, capsys):
     assert main(["selftest", "--world-size", "2", "--attacks", "flip", "--collectives", "all_reduce"]) == 1
     captured = capsys.readouterr()
     assert "1 of 1 cases passed" in captured.out and "a rank failed" in captured.err
+
+
+def test_the_table_shows_a_rows_bracketed_notes():
+    """Found: rich read a row's bracketed notes ("[link 0 -> 2]", a failed row's list of
+    problems) as markup and dropped them from the printed table."""
+    from rich.console import Console
+
+    from ccddp.cli.cmd_selftest import selftest_table
+
+    row = {"attack": "flip", "collective": "all_reduce", "world_size": 4, "passed": False,
+           "expected": "IntegrityError at rank 2 [link 0 -> 2]", "observed": "[rank 1: wrong result]"}
+    console = Console(width=200, record=True)
+    console.print(selftest_table([row]))
+    text = console.export_text()
+    assert "[link 0 -> 2]" in text and "[rank 1: wrong result]" in text
