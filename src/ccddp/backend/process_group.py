@@ -222,21 +222,23 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
                                                     rates=rates_from_profile())
         return got
 
-    def _on_device(self, t: torch.Tensor, sealed_there: bool) -> bool:
-        return t.device.type == "cuda" and sealed_there and self.placement(t.device) is Placement.DEVICE
+    def _through_host(self, t: torch.Tensor, sealed_there: bool) -> bool:
+        """Whether ``t``'s op runs on a host copy: a CUDA tensor whose op is staged, by the
+        placement or because the op runs on host memory only (``sealed_there`` False)."""
+        return t.device.type == "cuda" and (not sealed_there or self.placement(t.device) is Placement.STAGED)
 
     def _working(self, t: torch.Tensor, sealed_there: bool = True) -> tuple[torch.Tensor, Callable[[], None]]:
         """The contiguous buffer an op works in for ``t`` and what writes it back into
         ``t`` afterwards: ``t``'s own memory where possible, else a contiguous copy on its
         device, or a host copy when the op is staged (``sealed_there``: whether this op
         can run on the device at all)."""
-        if t.device.type == "cuda" and not self._on_device(t, sealed_there):
+        if self._through_host(t, sealed_there):
             return stage_out(t)
         return _staged(t)
 
     def _input(self, t: torch.Tensor, sealed_there: bool = True) -> torch.Tensor:
         """A contiguous read-only input where the op runs (see :meth:`_working`)."""
-        if t.device.type == "cuda" and not self._on_device(t, sealed_there):
+        if self._through_host(t, sealed_there):
             return stage_in(t)
         return t.contiguous()
 
