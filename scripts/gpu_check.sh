@@ -8,7 +8,8 @@
 #             spills of every kernel variant (the fastest sign that Triton works here)
 #   tests     the CUDA cases of tests/test_device_aead.py, test_device_channel.py,
 #             test_backend_device.py, test_bounce.py (the input path opened on the GPU),
-#             test_calibrate.py (calibrate --device cuda --fast) and test_pads.py
+#             test_calibrate.py (calibrate --device cuda --fast), test_pads.py and
+#             test_ordered_wire.py (the NCCL wire's calls on one GPU)
 #   collectives-device, collectives-staged
 #             ccddp bench collectives --device cuda: 2 ranks on the one GPU, 64 MiB, gloo
 #             with CUDA tensors beside the ccddp backend with each placement
@@ -215,7 +216,7 @@ fi
 # Every file with CUDA cases that this tree has (some arrive with other branches).
 test_files=()
 for f in tests/test_device_aead.py tests/test_device_channel.py tests/test_backend_device.py \
-    tests/test_bounce.py tests/test_calibrate.py tests/test_pads.py; do
+    tests/test_bounce.py tests/test_calibrate.py tests/test_pads.py tests/test_ordered_wire.py; do
     if [[ -f $f ]]; then test_files+=("$f"); else log "tests: $f is not in this tree: its CUDA cases are left out"; fi
 done
 if selected tests; then

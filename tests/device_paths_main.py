@@ -4,7 +4,8 @@ computes locally; prints one JSON line per rank.
 
 ``--backend`` is what the script asks torch for (``ccddp launch`` serves gloo and NCCL
 with ccddp); ``--host-frames`` makes every internal link carry its frames through host
-buffers, as device frames do, so the staging runs on CPU ranks too; ``--marker`` fills
+buffers, as device frames do, so the staging runs on CPU ranks too; ``--ordered-wire`` then
+sends the pipeline's frames on an ordered wire emulating NCCL's; ``--marker`` fills
 the tensors with bytes a wiretap then looks for.
 
 Example::
@@ -49,6 +50,23 @@ def _force_host_frames(pg) -> None:
     transport._host_buffer = counted
 
 
+WIRE = {"wire": None}
+
+
+def _emulate_ordered_wire(pg, rank: int, n: int) -> None:
+    """The group's device frames (all of its frames, with ``--host-frames``) take an
+    ordered wire with NCCL's matching and ordering, emulated over two bare gloo sets."""
+    from datetime import timedelta
+
+    from ccddp.comm.transport import Transport
+    from ccddp.testing.serial_wire import SerialWire
+
+    store = dist.distributed_c10d._get_default_store()
+    up, down = (dist.ProcessGroupGloo(dist.PrefixStore(f"serial-wire-{name}/", store), rank, n, timedelta(seconds=60))
+                for name in ("up", "down"))
+    WIRE["wire"] = pg.secure_group.transport.ordered = SerialWire(Transport(up, 60, downward=down), timeout_s=60)
+
+
 def _ddp_matches_one_process(rank: int, n: int, device: str) -> bool:
     """Plain ``DistributedDataParallel`` on the default group (``device_ids`` on a GPU):
     three SGD steps equal one process training on every rank's batch at once."""
@@ -77,6 +95,13 @@ def _ddp_matches_one_process(rank: int, n: int, device: str) -> bool:
     return all(torch.allclose(a, b, atol=1e-5) for a, b in zip(ddp.module.parameters(), ref.parameters()))
 
 
+def _wire_name(pg) -> str:
+    """What carried the group's device frames: gloo, or the ordered wire's name."""
+    group = getattr(pg, "secure_group", None)
+    wire = group.transport.ordered if group is not None else None
+    return "gloo" if wire is None else wire.name
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -85,6 +110,7 @@ def main() -> None:
     ap.add_argument("--engine", default="auto")
     ap.add_argument("--host-frames", action="store_true")
     ap.add_argument("--marker", action="store_true")
+    ap.add_argument("--ordered-wire", action="store_true", help="emulated NCCL ordering for device frames")
     ap.add_argument("--numel", type=int, default=4099)
     args = ap.parse_args()
 
@@ -103,6 +129,8 @@ def main() -> None:
     pg = dist.group.WORLD
     if args.host_frames:
         _force_host_frames(pg)
+    if args.ordered_wire:
+        _emulate_ordered_wire(pg, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
     m = args.numel
     checks: dict[str, bool] = {}
     everyone = [_inp(r, m, device, args.marker) for r in range(n)]
@@ -151,7 +179,9 @@ def main() -> None:
 
     dist.barrier()
     print(json.dumps({"rank": rank, "backend": dist.get_backend(), "device": str(x.device), "checks": checks,
-                      "staged_frames": STAGED["frames"]}),
+                      "staged_frames": STAGED["frames"],
+                      "ordered_groups": WIRE["wire"].groups_posted if WIRE["wire"] else 0,
+                      "device_wire": _wire_name(pg)}),
           flush=True)
     dist.destroy_process_group()
 

@@ -33,7 +33,8 @@ STEPS = ["wheels", "env", "kernels", "tests", *RUN_STEPS] + [f"bench-{s}" for s 
 FILES = {"gpu-check.log", "env.json", "kernels.json", "tests.xml", "cuda-runs.json", "bench.json", "summary.json"}
 #: Files with CUDA cases the tests step runs, where the tree has them.
 CUDA_TEST_FILES = ["tests/test_device_aead.py", "tests/test_device_channel.py", "tests/test_backend_device.py",
-                   "tests/test_bounce.py", "tests/test_calibrate.py", "tests/test_pads.py"]
+                   "tests/test_bounce.py", "tests/test_calibrate.py", "tests/test_pads.py",
+                   "tests/test_ordered_wire.py"]
 #: What the device tool brings back from OUT: names of letters, digits, '.', '_', '-'.
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 

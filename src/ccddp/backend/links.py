@@ -3,6 +3,8 @@
 - :func:`internal_links`: the group's three connection sets over all its ranks --
   collectives (one per link direction) and point-to-point messages -- which carry sealed
   frames only.
+- :func:`device_wire`: where every rank has a GPU of its own, an internal NCCL communicator
+  for the sealed device frames of the pipelined collectives (``CommSettings.device_wire``).
 - :func:`domain_links`: with trust domains larger than one rank, a plaintext set over the
   ranks of this rank's domain, **bound to the loopback interface** (its traffic cannot
   leave the host, and a "domain peer" elsewhere is never reached: the group fails to
@@ -18,16 +20,21 @@ Example::
 from __future__ import annotations
 
 import os
+import socket
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 
 from ccddp.comm.domains import DomainMap
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.hierarchy import DomainLinks
+from ccddp.comm.ordered import NcclWire
+from ccddp.comm.settings import CommSettings
 from ccddp.comm.transport import Transport
-from ccddp.errors import PeerTimeoutError, one_line
+from ccddp.errors import ConfigError, PeerTimeoutError, one_line
 
 LOOPBACK = "127.0.0.1"
 
@@ -66,6 +73,57 @@ def internal_links(store, rank: int, size: int, timeout: timedelta) -> tuple[dis
     point-to-point messages."""
     base = _base(store)
     return tuple(_connect(base, name, rank, size, timeout) for name in ("collectives", "collectives-down", "p2p"))
+
+
+def gpu_report() -> bytes:
+    """What this rank tells its peers for the choice of a device wire: whether it can run
+    NCCL, and which GPU it would (the current device: the one ``torch.cuda.set_device``
+    chose), by host and UUID."""
+    if not (dist.is_nccl_available() and torch.cuda.is_available()):
+        return b"no-nccl"
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return f"nccl {socket.gethostname()} {props.uuid}".encode()
+
+
+def choose_device_wire(setting: str, reports: list[bytes]) -> str:
+    """``nccl`` or ``gloo`` for a group whose ranks sent ``reports`` (:func:`gpu_report`),
+    the same on every rank that got the same reports. ``nccl`` needs every rank able to
+    run it on a GPU of its own (NCCL refuses two ranks on one device); asked for where that
+    does not hold, it is a ConfigError that says which ranks share or lack one.
+
+    The reports cross the host unauthenticated: a host that lies can only move sealed
+    frames from one wire to the other, or make the ranks disagree, which fails at the
+    first collective's descriptor check.
+    """
+    if setting == "gloo" or len(reports) < 2:
+        return "gloo"
+    lacking = [r for r, rep in enumerate(reports) if not rep.startswith(b"nccl ")]
+    seen: dict[bytes, int] = {}
+    shared = []
+    for r, rep in enumerate(reports):
+        if r not in lacking:
+            if rep in seen:
+                shared.append((seen[rep], r))
+            seen.setdefault(rep, r)
+    if not lacking and not shared:
+        return "nccl"
+    if setting == "nccl":
+        why = (f"ranks {lacking} have no GPU or no NCCL" if lacking else
+               "ranks " + ", ".join(f"{a} and {b}" for a, b in shared) + " share a GPU (NCCL refuses two ranks on one)")
+        raise ConfigError(f"device_wire 'nccl' needs a GPU of its own on every rank: {why}; "
+                          "use device_wire 'gloo' or 'auto'")
+    return "gloo"
+
+
+def device_wire(store, rank: int, size: int, settings: CommSettings,
+                exchange: Callable[[bytes], list[bytes]]) -> NcclWire | None:
+    """The group's NCCL wire, or None where gloo carries its device frames (collective:
+    every rank of the group calls it)."""
+    if settings.device_wire == "gloo":
+        return None
+    if choose_device_wire(settings.device_wire, exchange(gpu_report())) != "nccl":
+        return None
+    return NcclWire.open(dist.PrefixStore("nccl-wire/", _base(store)), rank, size, settings.timeout_s)
 
 
 def domain_links(store, rank: int, domains: DomainMap, group: SecureGroup, global_ranks: list[int],

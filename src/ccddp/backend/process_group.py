@@ -45,7 +45,7 @@ from ccddp.comm.exchange import all_to_all, gather, scatter
 from ccddp.comm.p2p import SealedPeerLinks
 from ccddp.comm.plan import sized_bounds
 from ccddp.comm.reduce import Reduction
-from ccddp.backend.links import domain_links, internal_links
+from ccddp.backend.links import device_wire, domain_links, internal_links
 from ccddp.comm.domains import resolve
 from ccddp.comm.hierarchy import hierarchical_all_reduce, hierarchical_broadcast, hierarchical_reduce_scatter
 from ccddp.comm.transport import Transport
@@ -167,6 +167,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         coll, down, p2p = internal_links(store, rank, size, gloo_timeout)
         self._internal = (coll, down, p2p)
         transport = Transport(coll, settings.timeout_s, downward=down)
+        # Device frames of the pipelined collectives: NCCL where every rank has a GPU of its own.
+        transport.ordered = device_wire(store, rank, size, settings, transport.exchange)
         domains = resolve(settings.trust_domains, rank, size, transport.exchange)
         self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks,
                                         domains=domains)

@@ -39,11 +39,14 @@ from ccddp.crypto.aad import DTYPE_NAME_BYTES, FrameContext, Op, Phase, dtype_fi
 from ccddp.crypto.channel import TAG_BYTES
 from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError, one_line
 
-_DESC = struct.Struct(f">BBQ{DTYPE_NAME_BYTES}sI16s")
+_DESC = struct.Struct(f">BBQ{DTYPE_NAME_BYTES}sIB16s")
+# Which wire a collective's data takes: the one both ends must post on.
+WIRES = ("gloo", "an ordered wire (NCCL)")
 
 
-def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int, reduction: Reduction) -> bytes:
-    return _DESC.pack(int(op), int(reduction), numel, dtype_field(dtype), root, g.settings_digest)
+def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int, reduction: Reduction,
+              wire: int = 0) -> bytes:
+    return _DESC.pack(int(op), int(reduction), numel, dtype_field(dtype), root, wire, g.settings_digest)
 
 
 def _explain(blob: bytes) -> str:
@@ -56,7 +59,7 @@ def _explain(blob: bytes) -> str:
     """
     if len(blob) != _DESC.size:
         return f"a descriptor of {len(blob)} bytes (another ccddp version?)"
-    op, reduction, numel, dtype, root, _ = _DESC.unpack(blob)
+    op, reduction, numel, dtype, root, wire, _ = _DESC.unpack(blob)
     name = one_line(dtype.rstrip(b"\0").decode(errors="replace"))
     try:
         op_name = Op(op).name.lower()
@@ -66,7 +69,13 @@ def _explain(blob: bytes) -> str:
         red = Reduction(reduction).name
     except ValueError:
         red = str(reduction)
-    return f"{op_name} of {numel} {name} elements (root {root}, {red})"
+    return f"{op_name} of {numel} {name} elements (root {root}, {red}) over {_wire_name(blob)}"
+
+
+def _wire_name(blob: bytes) -> str:
+    """The wire a (well-sized) descriptor names, in words."""
+    wire = _DESC.unpack(blob)[5]
+    return WIRES[wire] if wire < len(WIRES) else f"wire {wire}"
 
 
 class _Descriptors:
@@ -115,6 +124,11 @@ class _Descriptors:
             if bytes(theirs) != mine:
                 if theirs[-16:] != mine[-16:]:
                     mismatch = ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
+                elif _only_wire_differs(bytes(theirs), mine):
+                    mismatch = ConfigError(
+                        f"collective #{seq}: rank {p} sends its frames over {_wire_name(bytes(theirs))}, rank "
+                        f"{g.rank} over {_wire_name(mine)}: with the NCCL device wire, every rank needs the same "
+                        "placement for CUDA tensors (CommSettings.placement)")
                 else:
                     mismatch = ConfigError(f"collective #{seq} differs between ranks: rank {p} called "
                                            f"{_explain(bytes(theirs))}, rank {g.rank} called {_explain(mine)}")
@@ -129,6 +143,14 @@ class _Descriptors:
                     raise
         if mismatch is not None:
             raise mismatch
+
+
+def _only_wire_differs(a: bytes, b: bytes) -> bool:
+    """Two descriptors of one collective whose data takes different wires."""
+    if len(a) != _DESC.size or len(b) != _DESC.size:
+        return False
+    x, y = list(_DESC.unpack(a)), list(_DESC.unpack(b))
+    return x[5] != y[5] and x[:5] + x[6:] == y[:5] + y[6:]
 
 
 def data_tag(g: SecureGroup, seq: int, descriptor: bytes) -> int:
@@ -149,12 +171,13 @@ class _Unchecked:
 
 def _exchange(g: SecureGroup, seq: int, op: Op, numel: int, dtype: str, root: int,
               send_to: list[int], recv_from: list[int],
-              reduction: Reduction = Reduction.SUM) -> _Descriptors | _Unchecked:
-    """Post the descriptor exchange, if these settings run with one."""
+              reduction: Reduction = Reduction.SUM, wire: int = 0) -> _Descriptors | _Unchecked:
+    """Post the descriptor exchange, if these settings run with one (``wire``: the index
+    in :data:`WIRES` of the wire the data takes)."""
     s = g.settings
     if not (s.secure and s.check_descriptors):
         return _Unchecked()
-    return _Descriptors(g, seq, _describe(g, op, numel, dtype, root, reduction), send_to, recv_from)
+    return _Descriptors(g, seq, _describe(g, op, numel, dtype, root, reduction, wire), send_to, recv_from)
 
 
 def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, root: int = 0,
@@ -163,15 +186,19 @@ def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, roo
         return  # a one-rank group: nothing to send, the result is already in place
     s = g.settings
     seq = g.next_seq()
+    # Device frames of the sealed pipeline take the group's ordered wire, if it has one.
+    wire = g.transport.ordered_for(flat.device) if s.impl == "secure" else None
     desc = _exchange(g, seq, op, flat.numel(), dtype_name(flat), root,
                      sorted({st.send_peer for st in steps if st.send_peer is not None}),
-                     sorted({st.recv_peer for st in steps if st.recv_peer is not None}), reduction)
+                     sorted({st.recv_peer for st in steps if st.recv_peer is not None}), reduction,
+                     wire=0 if wire is None else 1)
     if s.impl == "secure-naive":
         run_naive(g, flat, steps, op, seq, tag=desc.tag, gate=desc.verify, reduction=reduction)
     else:
         seg = None if (s.tag == "message" and s.secure) else s.segment_bytes
         run_pipelined(g, flat, steps, op, seq, secure=s.secure, seg_bytes=seg,
-                      group_key=s.allgather == "group-key", tag=desc.tag, gate=desc.verify, reduction=reduction)
+                      group_key=s.allgather == "group-key", tag=desc.tag, gate=desc.verify, reduction=reduction,
+                      wire=wire)
     desc.verify()  # a rank that received no data (broadcast root) checks here
 
 

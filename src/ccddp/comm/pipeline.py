@@ -35,6 +35,7 @@ import torch
 
 from ccddp.comm.frames import FrameSpec, SlotState, step_frames
 from ccddp.comm.group import SecureGroup
+from ccddp.comm.ordered import OrderedWire
 from ccddp.comm.plan import Step
 from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op, Phase
@@ -78,8 +79,11 @@ def _run_all(jobs) -> None:
 class _Pipeline:
     def __init__(self, g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int,
                  *, secure: bool, seg_bytes: int | None, group_key: bool, tag: int, gate,
-                 reduction: Reduction = Reduction.SUM) -> None:
+                 reduction: Reduction = Reduction.SUM, wire: OrderedWire | None = None) -> None:
         self.g, self.flat, self.steps, self.op, self.seq = g, flat, steps, op, seq
+        # On an ordered wire (NCCL) frames go in step groups, not on tags (``run_round_ordered``).
+        self.wire = wire
+        self.waiter = wire if wire is not None else g.transport
         self.reduction = reduction
         self.tag, self.gate = tag, gate
         self.secure = secure
@@ -91,7 +95,7 @@ class _Pipeline:
         # Device frames are sealed by kernels launched in order on the calling thread's
         # stream (the launch is the host's whole share of the work); host frames go to
         # the crypto threads.
-        self.pool = g.engine if flat.device.type == "cpu" else None
+        self.pool = g.engine if flat.device.type == "cpu" and wire is None else None
         # What the channel gets: host memory as numpy views (made here, once per frame,
         # not again inside every job), device memory as tensors.
         self.crypto_buffer = (lambda t: t.numpy()) if flat.device.type == "cpu" else (lambda t: t)
@@ -135,6 +139,13 @@ class _Pipeline:
 
     def post_receives(self, js: range) -> None:
         """Post the receives of segments ``js`` of every step; size the send slots."""
+        for (s, j), frame in self.allocate(js).items():
+            if frame.numel():
+                self.rx_work[s, j] = self.g.transport.irecv(frame, self.recvs[s][j].peer, self.tag)
+
+    def allocate(self, js: range) -> dict[tuple[int, int], torch.Tensor]:
+        """The receive frames of segments ``js`` of every step, in (step, segment) order;
+        the send slots, sized."""
         tag = TAG_BYTES if self.secure else 0
         # Plaintext copies land in place; everything else in the arena's receive buffer.
         in_place = [not self.secure and st.action == "copy" for st in self.steps]
@@ -143,10 +154,7 @@ class _Pipeline:
         self.rx_frames.clear()
         self.rx_work.clear()
         for f in mine:
-            frame = f.plain(self.u8) if in_place[f.step] else next(arena)
-            self.rx_frames[f.step, f.segment] = frame
-            if frame.numel():
-                self.rx_work[f.step, f.segment] = self.g.transport.irecv(frame, f.peer, self.tag)
+            self.rx_frames[f.step, f.segment] = f.plain(self.u8) if in_place[f.step] else next(arena)
         if self.secure:
             sealed = [f.nbytes for s in range(len(self.steps)) if not self._forwards(s)
                       for f in _pick(self.sends[s], js)]
@@ -155,6 +163,7 @@ class _Pipeline:
             self.slot_memory = self.arena.take("tx", nslots * self.slot_bytes)
             self.slots = [SendSlot() for _ in range(nslots)]
             self._next_slot = 0
+        return self.rx_frames
 
     def recv_job(self, s: int, j: int):
         """The job that applies received segment ``(s, j)``; counters are taken now."""
@@ -227,7 +236,7 @@ class _Pipeline:
             # A peer that called a different collective never receives this send: check
             # the descriptors first, so that fails with what differs, not a timeout.
             self.gate()
-            self.g.transport.wait(work, peer, FrameLabel(f"{self.g.rank}->{peer}", self.where))
+            self.waiter.wait(work, peer, FrameLabel(f"{self.g.rank}->{peer}", self.where))
 
     # -- flow ----------------------------------------------------------------------
     def flush(self, block: bool) -> None:
@@ -251,8 +260,22 @@ class _Pipeline:
     def run(self) -> None:
         per_round = self.segments_per_round()
         most = max(len(frames) for frames in self.recvs + self.sends)
+        if self.wire is not None:
+            # No tag keeps two collectives apart on an ordered wire: the peers' descriptors
+            # are checked before the first frame is posted.
+            self.gate()
         for first in range(0, most, per_round):
-            self.run_round(range(first, min(first + per_round, most)))
+            js = range(first, min(first + per_round, most))
+            if self.wire is None:
+                self.run_round(js)
+                continue
+            try:
+                self.run_round_ordered(js)
+            except BaseException as e:
+                # Frames of this collective may be posted and never matched: the wire
+                # must not pair them with the next collective's.
+                self.wire.fail(f"{self.where} stopped: {type(e).__name__}")
+                raise
 
     def run_round(self, js: range) -> None:
         """Segments ``js`` through every step; returns when all their frames are done."""
@@ -300,11 +323,86 @@ class _Pipeline:
             self._wait_slot(k)
 
 
+    # -- on an ordered wire ----------------------------------------------------------
+    # NCCL matches the k-th send of a pair with the k-th receive and runs a rank's groups
+    # one after another. Each group here is the rank's i-th send and its i-th receive, in
+    # (step, segment) order: the i-th send of rank r is the i-th receive of r+1, so on a ring
+    # the i-th groups of all ranks match one another and run together, after the (i-1)-th.
+    # A rank waits for receive m before it seals send i > m (a step sends what the step
+    # before received, and step 0 sends first), so on a ring no receive is ever posted
+    # alone before its pair. A chain (broadcast) rank must have its first segment before
+    # it sends anything: that one receive goes alone, and each send then carries the next
+    # receive along, so a segment is forwarded while the next one arrives. A rank that
+    # sends nothing in a round posts its receives at once: no peer waits on it.
+    def run_round_ordered(self, js: range) -> None:
+        """Segments ``js`` through every step on the ordered wire; returns when their
+        frames are done."""
+        frames = self.allocate(js)
+        queue = deque(key for key, frame in frames.items() if frame.numel())
+        steps = self.steps
+        if not any(st.send_peer is not None and self.sends[s] for s, st in enumerate(steps)):
+            while queue:
+                self._post_ordered(None, queue)
+        for s in range(len(steps) + 1):
+            has_recv = s > 0 and steps[s - 1].recv_peer is not None
+            has_send = s < len(steps) and steps[s].send_peer is not None
+            nseg = max(len(self.sends[s]) if has_send else 0, len(self.recvs[s - 1]) if has_recv else 0)
+            for j in range(js.start, min(js.stop, nseg)):
+                if has_recv and j < len(self.recvs[s - 1]):
+                    key = (s - 1, j)
+                    while key not in self.rx_work and key in queue:
+                        self._post_ordered(None, queue)
+                    w = self.rx_work.get(key)
+                    if w is not None:
+                        peer = steps[s - 1].recv_peer
+                        self.wire.wait(w, peer, FrameLabel(f"{peer}->{self.g.rank}", self.where, s - 1, j))
+                    job = self.recv_job(s - 1, j)
+                    if job is not None:
+                        job()
+                send = None
+                if has_send and j < len(self.sends[s]):
+                    frame, job, k = self.send_frame(s, j)
+                    if job is not None:
+                        job()
+                    if frame.numel():
+                        send = (frame, steps[s].send_peer, k)
+                    elif k is not None:
+                        self.slots[k] = SendSlot()
+                if send is not None:
+                    self._post_ordered(send, queue)
+        while queue:                       # receives no send carried (uneven segment counts)
+            self._post_ordered(None, queue)
+        for w, peer in self.send_work:
+            self.wire.wait(w, peer, FrameLabel(f"{self.g.rank}->{peer}", self.where))
+        self.send_work.clear()
+        for k in range(len(self.slots)):
+            self._wait_slot(k)
+
+    def _post_ordered(self, send, queue: deque) -> None:
+        """Post one group: ``send`` (frame, peer, slot) if any, and the next receive of
+        ``queue``, if any."""
+        key = queue.popleft() if queue else None
+        recv = None if key is None else (self.rx_frames[key], self.recvs[key[0]][key[1]].peer)
+        if send is None and recv is None:
+            return
+        work = self.wire.post(send=None if send is None else send[:2], recv=recv)
+        if key is not None:
+            self.rx_work[key] = work
+        if send is not None:
+            frame, peer, k = send
+            if k is None:
+                self.send_work.append((work, peer))
+            else:
+                self.slots[k] = SendSlot(SlotState.SENDING, work, peer)
+
+
 def run_pipelined(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
                   secure: bool, seg_bytes: int | None, group_key: bool = False, tag: int,
-                  gate: Callable[[], None], reduction: Reduction = Reduction.SUM) -> None:
+                  gate: Callable[[], None], reduction: Reduction = Reduction.SUM,
+                  wire: OrderedWire | None = None) -> None:
     """Run ``steps`` on the 1-D contiguous tensor ``flat`` (host or device memory) in place, its messages on
-    gloo tag ``tag``; ``gate`` runs before the first wait on a peer (it acts once);
-    ``reduction`` combines a received segment with the local one in reduce steps."""
+    gloo tag ``tag`` -- or in step groups on the ordered ``wire`` (NCCL), after ``gate``;
+    ``gate`` runs before the first wait on a peer (it acts once); ``reduction`` combines a
+    received segment with the local one in reduce steps."""
     _Pipeline(g, flat, steps, op, seq, secure=secure, seg_bytes=seg_bytes, group_key=group_key,
-              tag=tag, gate=gate, reduction=reduction).run()
+              tag=tag, gate=gate, reduction=reduction, wire=wire).run()

@@ -25,6 +25,7 @@ ALGORITHMS = ("ring", "tree")
 TAGS = ("segment", "message")
 ALLGATHER_MODES = ("per-link", "group-key")
 PLACEMENTS = ("auto", "device", "staged")
+DEVICE_WIRES = ("auto", "nccl", "gloo")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ class CommSettings:
       sealed by OpenSSL, as a CPU TEE relaying for a GPU would) or ``auto`` (from the
       measured rates of a calibrated profile, else the device engine when Triton is
       installed). Frames are the same either way; CPU tensors are not affected.
+    - ``device_wire``: what carries the sealed device frames of the pipelined collectives
+      (``secure``): ``nccl`` (an internal NCCL communicator, one GPU per rank), ``gloo``
+      (the ciphertext copied to host memory: any number of ranks per GPU) or ``auto``
+      (NCCL where every rank of the group has a GPU of its own, else gloo). Every rank
+      must ask for the same.
     - ``trust_domains``: which ranks share a trust boundary (:mod:`ccddp.comm.domains`):
       ``"rank"`` (default: every link sealed), ``"node"`` or a list of rank lists. The
       ccddp backend's all-reduce, broadcast and reduce-scatter (equal chunks) run
@@ -79,6 +85,7 @@ class CommSettings:
     aead_engine: str = AeadEngine.AUTO.value
     pad_budget_bytes: int = 0
     placement: str = "auto"
+    device_wire: str = "auto"
     trust_domains: object = "rank"
 
     def __post_init__(self) -> None:
@@ -105,6 +112,8 @@ class CommSettings:
             raise ConfigError(f"aead_engine must be one of {', '.join(engines)}, got {self.aead_engine!r}")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        if self.device_wire not in DEVICE_WIRES:
+            raise ConfigError(f"device_wire must be one of {', '.join(DEVICE_WIRES)}, got {self.device_wire!r}")
         if self.pad_budget_bytes < 0:
             raise ConfigError(f"pad_budget_bytes must be >= 0, got {self.pad_budget_bytes}")
 

@@ -16,7 +16,9 @@ host buffer (pinned when the frame is on a GPU) and posts that; a receive lands 
 buffer and is copied to its device frame when its wait returns, on the waiting thread's
 current stream, so the open that follows on that stream sees it. This is the transport
 that serves any number of ranks per GPU (NCCL refuses two ranks on one device) and GPUs
-without peer access.
+without peer access. Where every rank has a GPU of its own, the group may carry the
+pipeline's device frames on an ordered wire instead (:attr:`Transport.ordered`, NCCL:
+``ccddp.comm.ordered``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,13 @@ class Transport:
         # Frames on these device types go on the wire as they are; others cross through
         # a host buffer (tests empty it to run the staging on CPU frames).
         self.host_device_types = frozenset({"cpu"})
+        # The ordered wire (NCCL) that carries the pipeline's device frames instead, if the
+        # group has one (``ccddp.comm.ordered``).
+        self.ordered = None
+
+    def ordered_for(self, device: torch.device):
+        """The ordered wire that carries frames on ``device``, or None (gloo carries them)."""
+        return self.ordered if self.ordered is not None and device.type not in self.host_device_types else None
 
     def _link(self, src: int, dst: int) -> dist.ProcessGroup:
         # gloo serializes a connection's reads and writes on one lock, so a rank that
