@@ -41,13 +41,13 @@ def _force_host_frames(pg) -> None:
     group = pg.secure_group
     group.transport.host_device_types = frozenset()
     pg.peer_links.transport.host_device_types = frozenset()
-    real = transport._host_buffer
+    real = transport.host_buffer
 
     def counted(frame):
         STAGED["frames"] += 1
         return real(frame)
 
-    transport._host_buffer = counted
+    transport.host_buffer = counted
 
 
 WIRE = {"wire": None}

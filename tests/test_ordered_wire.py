@@ -18,7 +18,7 @@ import time
 import pytest
 import torch
 
-from ccddp.backend.links import choose_device_wire
+from ccddp.backend.links import choose_device_wire, gpu_report
 from ccddp.comm.ordered import OrderedWire
 from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
 from wire_util import HERE, build_wiretap, found, torchrun, wire_bytes
@@ -163,6 +163,11 @@ def test_gloo_where_ranks_share_or_lack_a_gpu_unless_nccl_is_asked_for():
         choose_device_wire("nccl", lacking)
     assert choose_device_wire("gloo", GPU) == "gloo"
     assert choose_device_wire("nccl", GPU[:1]) == "gloo"            # one rank: no frames at all
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA says so")
+def test_a_rank_without_cuda_reports_no_nccl():
+    assert gpu_report(torch.device("cuda:0")) == b"no-nccl"
 
 
 # -- on a GPU -------------------------------------------------------------------------------

@@ -75,14 +75,14 @@ def internal_links(store, rank: int, size: int, timeout: timedelta) -> tuple[dis
     return tuple(_connect(base, name, rank, size, timeout) for name in ("collectives", "collectives-down", "p2p"))
 
 
-def gpu_report() -> bytes:
+def gpu_report(device: torch.device) -> bytes:
     """What this rank tells its peers for the choice of a device wire: whether it can run
-    NCCL, and which GPU it would (the current device: the one ``torch.cuda.set_device``
-    chose), by host and UUID."""
+    NCCL, and on which GPU (``device``, its first CUDA op's), by host and UUID."""
     if not (dist.is_nccl_available() and torch.cuda.is_available()):
         return b"no-nccl"
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return f"nccl {socket.gethostname()} {props.uuid}".encode()
+    props = torch.cuda.get_device_properties(device)
+    gpu = getattr(props, "uuid", None) or getattr(props, "pci_bus_id", None) or f"{props.name}#{device.index}"
+    return f"nccl {socket.gethostname()} {gpu}".encode()
 
 
 def choose_device_wire(setting: str, reports: list[bytes]) -> str:
@@ -116,12 +116,12 @@ def choose_device_wire(setting: str, reports: list[bytes]) -> str:
 
 
 def device_wire(store, rank: int, size: int, settings: CommSettings,
-                exchange: Callable[[bytes], list[bytes]]) -> NcclWire | None:
+                exchange: Callable[[bytes], list[bytes]], device: torch.device) -> NcclWire | None:
     """The group's NCCL wire, or None where gloo carries its device frames (collective:
-    every rank of the group calls it)."""
+    every rank of the group calls it, at its first op on CUDA tensors, on ``device``)."""
     if settings.device_wire == "gloo":
         return None
-    if choose_device_wire(settings.device_wire, exchange(gpu_report())) != "nccl":
+    if choose_device_wire(settings.device_wire, exchange(gpu_report(device))) != "nccl":
         return None
     return NcclWire.open(dist.PrefixStore("nccl-wire/", _base(store)), rank, size, settings.timeout_s)
 

@@ -167,8 +167,6 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         coll, down, p2p = internal_links(store, rank, size, gloo_timeout)
         self._internal = (coll, down, p2p)
         transport = Transport(coll, settings.timeout_s, downward=down)
-        # Device frames of the pipelined collectives: NCCL where every rank has a GPU of its own.
-        transport.ordered = device_wire(store, rank, size, settings, transport.exchange)
         domains = resolve(settings.trust_domains, rank, size, transport.exchange)
         self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks,
                                         domains=domains)
@@ -181,6 +179,10 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         self.settings = settings
         self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}", counters=self._collective_counters)
         self._order = DeviceOrder()
+        # The wire of device frames is chosen at the first op on CUDA tensors (a group that
+        # never has one never touches CUDA): the store is kept for the NCCL wire's rendezvous.
+        self._store = store
+        self._wire_chosen = False
         self._placements: dict[torch.device, Placement] = {}
         self._group_name = group_id
         self._group_desc = ""
@@ -210,11 +212,28 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         devices = None
         if device is not None:
             # After the op's staging copies were queued (the op methods make them first).
-            job = self._order.after_caller(job, device)
+            job = self._order.after_caller(self._choosing_wire(job, device), device)
             devices = [device]
         return CollectiveWork(self.queue, self.queue.submit(job, result, op, devices=devices), op)
 
     # -- device tensors ----------------------------------------------------------------
+    def _choosing_wire(self, job: Callable[[], None], device: torch.device) -> Callable[[], None]:
+        """``job``, preceded at the group's first CUDA op by the choice of the wire for device
+        frames (collective: every rank's first CUDA op is the same op; a choice that fails
+        is not tried again, so the ranks stay in step)."""
+        if self._wire_chosen:
+            return job
+
+        def choosing() -> None:
+            transport = self.secure_group.transport
+            if not self._wire_chosen and transport.ordered is None:
+                self._wire_chosen = True
+                transport.ordered = device_wire(self._store, self.rank(), self.size(), self.settings,
+                                                transport.exchange, device)
+            job()
+
+        return choosing
+
     def placement(self, device: torch.device) -> Placement:
         """Where ops on ``device`` are sealed (``ccddp.backend.placement``); decided once
         per device."""

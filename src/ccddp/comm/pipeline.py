@@ -36,6 +36,7 @@ import torch
 from ccddp.comm.frames import FrameSpec, SlotState, step_frames
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.ordered import OrderedWire
+from ccddp.comm import transport
 from ccddp.comm.plan import Step
 from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op, Phase
@@ -71,6 +72,33 @@ class SendSlot:
     peer: int = -1
 
 
+class _CopyDone:
+    """The future of an asynchronous copy to host: done when its event is."""
+
+    def __init__(self, event) -> None:
+        self.event = event
+
+    def done(self) -> bool:
+        return self.event.query()
+
+    def result(self) -> None:
+        self.event.synchronize()
+
+
+def copy_to_host(frame: torch.Tensor):
+    """``(host, future)``: a host copy of device ``frame``, queued on the current stream
+    after what wrote it (pinned memory: the copy does not block), and the future that
+    says when its bytes are there (None: already there)."""
+    host = transport.host_buffer(frame)      # through the module: tests count the copies
+    if frame.device.type != "cuda":
+        host.copy_(frame)
+        return host, None
+    host.copy_(frame, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, _CopyDone(event)
+
+
 def _run_all(jobs) -> None:
     for job in jobs:
         job()
@@ -96,6 +124,8 @@ class _Pipeline:
         # stream (the launch is the host's whole share of the work); host frames go to
         # the crypto threads.
         self.pool = g.engine if flat.device.type == "cpu" and wire is None else None
+        # Device frames that gloo carries are copied to host memory here, asynchronously.
+        self.to_host = wire is None and flat.device.type not in g.transport.host_device_types
         # What the channel gets: host memory as numpy views (made here, once per frame,
         # not again inside every job), device memory as tensors.
         self.crypto_buffer = (lambda t: t.numpy()) if flat.device.type == "cpu" else (lambda t: t)
@@ -313,6 +343,10 @@ class _Pipeline:
                     fut = self.pool.submit(_run_all, jobs)
                 else:
                     _run_all(jobs)
+                if self.to_host and frame is not None and frame.numel():
+                    # A device frame for gloo: its copy to host is queued behind the seal and
+                    # sent once done (flush), so the next segment's seal is launched meanwhile.
+                    frame, fut = copy_to_host(frame)
                 self.pending.append((fut, s, frame, k))
                 self.flush(block=False)
         self.flush(block=True)

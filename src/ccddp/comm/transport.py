@@ -87,7 +87,7 @@ class Transport:
         if self._staged(frame):
             # The copy waits for the kernels that wrote the frame (same stream) and for
             # the bytes to land: gloo reads the host buffer from its own threads.
-            host = _host_buffer(frame)
+            host = host_buffer(frame)
             host.copy_(frame)
             frame = host
         try:
@@ -97,7 +97,7 @@ class Transport:
 
     def irecv(self, frame: torch.Tensor, src: int, tag: int = 0):
         staged = self._staged(frame)
-        landing = _host_buffer(frame) if staged else frame
+        landing = host_buffer(frame) if staged else frame
         try:
             work = self.post_recv(self._link(src, self.rank), landing, src, tag)
         except RuntimeError as e:
@@ -133,7 +133,7 @@ class Transport:
                 f"{self.timeout.total_seconds():g}s, or the peer failed ({gloo_reason(e)})", label=label) from None
 
 
-def _host_buffer(frame: torch.Tensor) -> torch.Tensor:
+def host_buffer(frame: torch.Tensor) -> torch.Tensor:
     """Host memory for ``frame``'s bytes: pinned for a CUDA frame (asynchronous copies, and
     torch's pinned-memory cache keeps it from being reused before a copy has read it)."""
     return torch.empty(frame.numel(), dtype=frame.dtype, pin_memory=frame.device.type == "cuda")
