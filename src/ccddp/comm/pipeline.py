@@ -18,6 +18,12 @@ a range of segment indices through every step; both ends walk rounds, steps and 
 in the same order, so frames, counters and nonces line up. Only collectives larger than a round (DDP's first-iteration bucket of a
 large model) have more than one, and pay one pipeline drain per round.
 
+On an ordered wire (NCCL: tags ignored, a rank's operations run in order) the receives
+are not posted up front: each send goes out in one group with a receive, after the
+collective's descriptors are checked (``run_round_ordered`` says why this cannot deadlock).
+Device frames that gloo carries are copied to host memory behind their seal and sent when
+the copy is done, like a host seal's future.
+
 With ``group_key`` all-gather, a frame received in the all-gather phase is forwarded
 as ciphertext and opened once; only its owner sealed it.
 
@@ -33,10 +39,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ccddp.comm import transport
 from ccddp.comm.frames import FrameSpec, SlotState, step_frames
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.ordered import OrderedWire
-from ccddp.comm import transport
 from ccddp.comm.plan import Step
 from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op, Phase
@@ -355,7 +361,6 @@ class _Pipeline:
         self.send_work.clear()
         for k in range(len(self.slots)):
             self._wait_slot(k)
-
 
     # -- on an ordered wire ----------------------------------------------------------
     # NCCL matches the k-th send of a pair with the k-th receive and runs a rank's groups
