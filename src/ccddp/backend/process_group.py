@@ -617,6 +617,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         The internal gloo links go with the process: gloo closes sockets abortively, and a
         peer may still be reading its last frames."""
         self.queue.close()
+        if self.secure_group.transport.ordered is not None:
+            self.secure_group.transport.ordered.close()
         self.secure_group.close()
 
     def abort(self) -> None:

@@ -85,6 +85,9 @@ class OrderedWire:
             time.sleep(POLL_S)
         work.wait()
 
+    def close(self) -> None:
+        """Release what the wire holds (the group's shutdown calls this)."""
+
     def fail(self, reason: str) -> None:
         """Mark the wire broken (the first reason is kept)."""
         if self.broken is None:
@@ -116,6 +119,14 @@ class NcclWire(OrderedWire):
         pg._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL, backend)
         pg._set_default_backend(dist.ProcessGroup.BackendType.NCCL)
         return cls(pg, rank, timeout_s)
+
+    def close(self) -> None:
+        # NCCL communicators are aborted, not left to the process's exit (where torch warns
+        # about a process group that was never destroyed).
+        try:
+            self.pg.shutdown()
+        except RuntimeError:
+            pass
 
     def _post_group(self, send, recv):
         device = (send or recv)[0].device
