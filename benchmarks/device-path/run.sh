@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The CPU path before and after CUDA tensors came through the backend (placements, frames
-# from a per-device arena, device frames through host buffers, per-op counters, the link
-# channels in a record of their own): old = 40f6a93 (checked out at /tmp/orig), new = this
-# commit (checked out at /tmp/new). Launches alternate old/new, the order flipping every
-# round; every launch's load is logged.
+# The CPU path before and after a change: old checked out at /tmp/orig, new at /tmp/new;
+# results in OUT. First used for CUDA tensors coming through the backend (old = 40f6a93,
+# OUT = this folder); again for the ordered wire (benchmarks/ordered-wire). Launches
+# alternate old/new, the order flipping every round; every launch's load is logged.
+#   OUT=... ROUNDS=8 bash run.sh && python summarize.py "$OUT" "what changed"
 set -u
 OUT=${OUT:-/work/main/benchmarks/device-path}
 LOG=$OUT/log.txt

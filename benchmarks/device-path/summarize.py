@@ -1,13 +1,19 @@
 """Secure all-reduce time, new/old, from run.sh's launches: per (world size, size), the
 Hodges-Lehmann estimate of the per-round ratio with its signed-rank 95 % interval; also
-secure/gloo within each launch, new over old. Writes summary.json beside the runs."""
+secure/gloo within each launch, new over old. Writes summary.json beside the runs.
+
+    python summarize.py [RUN_DIR [WHAT]]     # default: this folder, the first comparison
+"""
 
 import json
+import sys
 from pathlib import Path
 
 from ccddp.stats import paired_ratio
 
-HERE = Path(__file__).parent
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+WHAT = sys.argv[2] if len(sys.argv) > 2 else (
+    "the CPU path before (40f6a93) and after CUDA tensors came through the backend")
 
 
 def secure_and_gloo(path: Path, nbytes: int) -> tuple[float, float]:
@@ -35,8 +41,8 @@ def main() -> None:
             out.append({"world_size": ws, "bytes": nbytes, "secure_ms_new": new, "secure_ms_old": old,
                         "secure_new_over_old": interval(new, old),
                         "secure_over_gloo_new_over_old": interval(rnew, rold)})
-    summary = {"what": "the CPU path before (40f6a93) and after CUDA tensors came through the backend: ccddp bench "
-                       "collectives gloo,secure, launches alternating old/new, order flipped every round",
+    summary = {"what": f"{WHAT}: ccddp bench collectives gloo,secure, launches alternating old/new, order flipped "
+                       "every round",
                "machine": "2-core shared VM (this session's), load in log.txt", "before_after": out}
     (HERE / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     for row in out:

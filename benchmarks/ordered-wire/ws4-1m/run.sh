@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# A closer look at the one row whose estimate was above 1 (4 ranks, 1 MiB): --iters 30,
+# old (/tmp/orig) and new (/tmp/new) taking turns, the order flipping every round.
+set -u
+OUT=$(cd "$(dirname "$0")" && pwd)
+export CCDDP_GROUP_SECRET=$(python -c "import secrets; print(secrets.token_hex(32))")
+for r in $(seq 1 "${ROUNDS:-8}"); do
+  if [ $((r % 2)) = 1 ]; then order="orig new"; else order="new orig"; fi
+  for t in $order; do
+    echo "$(date -u +%FT%TZ) start r$r $t load $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/log.txt"
+    ( cd /tmp/$t && PYTHONPATH=/tmp/$t/src timeout 900 python -m ccddp.cli bench collectives --world-size 4 \
+        --sizes 1M --impl gloo,secure --iters 30 --warmup 5 --json "$OUT/coll-ws4-r$r-$t.json" ) > /dev/null 2>&1
+  done
+done
+echo "$(date -u +%FT%TZ) ALL DONE" >> "$OUT/log.txt"
