@@ -47,7 +47,7 @@ def _run(script: str, *args: str, nproc: int, tmp_path=None, wire: bool = False)
                     env={"CCDDP_GROUP_SECRET": SECRET})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = _rows(done.stdout)
-    assert sorted(r["rank"] for r in rows) == list(range(nproc)), done.stdout
+    assert sorted({r["rank"] for r in rows}) == list(range(nproc)), done.stdout
     return rows
 
 
@@ -70,6 +70,28 @@ def test_pipelined_collectives_on_an_ordered_wire_give_the_reference_results(tmp
     recorded = wire_bytes(tmp_path / "wire")
     assert len(recorded) > nproc * 6145 * 4, "the wiretap recorded the run"
     assert not found([marker], recorded)
+
+
+@pytest.mark.slow
+def test_attacks_on_the_ordered_wire_are_caught_at_the_attacked_frame():
+    """The host flips a bit of, reorders or drops a sealed frame on link 0 -> 1 of the
+    ordered wire (three ranks, a group and a wire per case): rank 1 rejects that very frame
+    (step 0, segment 1 for the flip of frame 1; segment 0 for the others), the other ranks
+    stop within the timeout instead of finishing with a result built on it, and the
+    group's next all-reduce fails on every rank; a clean all-reduce before each attack
+    gives the reference result."""
+    rows = _run(str(HERE / "ordered_attack_main.py"), nproc=3)
+    cases = {(r["rank"], r["attack"]): r for r in rows if "attack" in r}
+    for attack, segment in (("flip", 1), ("reorder", 0), ("drop", 0)):
+        for rank in range(3):
+            r = cases[rank, attack]
+            assert r["clean"] == "completed" and r["after"] != "completed", r
+            if rank == 1:
+                assert r["attacked"] == "integrity", r
+                assert f"link 0->1, collective all_reduce#2, step 0, segment {segment})" in r["detail"], r
+            else:
+                assert r["attacked"] == "timeout" and r["seconds"] < 10, r
+        assert cases[0, attack]["applied"] == 1                    # the attack was made, once
 
 
 def test_the_emulation_deadlocks_where_nccl_would():
