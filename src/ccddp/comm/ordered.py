@@ -115,6 +115,7 @@ class NcclWire(OrderedWire):
         opts.is_high_priority_stream = False
         opts._timeout = timedelta(seconds=max(60.0, timeout_s))
         backend = dist.ProcessGroupNCCL(store, rank, size, opts)
+        backend._set_sequence_number_for_group()     # as torch's own group creation does
         pg = dist.ProcessGroup(store, rank, size)
         pg._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL, backend)
         pg._set_default_backend(dist.ProcessGroup.BackendType.NCCL)
