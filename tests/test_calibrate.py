@@ -292,6 +292,24 @@ def test_the_staging_fields_decide_where_a_frame_is_sealed():
                              big) == "staged"
 
 
+def test_device_frames_over_gloo_pay_the_copies_to_host_and_back():
+    """Two ranks on one GPU (the gloo wire): a device-sealed frame's ciphertext is copied to
+    host memory and back, which can hand the choice to the staged placement."""
+    from ccddp.sim.placement import cheaper_placement, placement_us
+
+    # The device engine slower than two host cores' AES-GCM, faster than that plus the copies.
+    hw = load_profile("h100-cc").replace(enc_gbps=30.0, dec_gbps=30.0, crypto_op_us=20.0, kernel_launch_us=5.0,
+                                         cc_launch_toll=1.0, cpu_crypto_gbps=40.0, staging_d2h_gbps=25.0,
+                                         staging_h2d_gbps=25.0, staging_copy_us=2.0)
+    big = 64 << 20
+    nccl, gloo = placement_us(hw, big), placement_us(hw, big, "gloo")
+    assert gloo["device"] == pytest.approx(nccl["device"] + 4 + 2 * big / 25e3)
+    assert gloo["staged"] == nccl["staged"]
+    assert cheaper_placement(hw, big) == "device" and cheaper_placement(hw, big, "gloo") == "staged"
+    with pytest.raises(ValueError, match="wire must be one of"):
+        placement_us(hw, big, "pcie")
+
+
 PROBE = """
 import json, sys
 from ccddp.cli import main

@@ -57,7 +57,13 @@ class Placement(enum.Enum):
 class PlacementRates:
     """What decides ``auto``: seconds per byte of a large frame, sealed by the sender and
     opened by the receiver, on each placement (per-call costs left out: ``ccddp.sim``'s
-    placement model has them, for the model's questions)."""
+    placement model has them, for the model's questions).
+
+    The device side is priced as on the NCCL wire, frames staying in device memory. Where
+    ranks share a GPU (the gloo wire) a device frame's ciphertext is copied to host and
+    back too, as much as a staged one's plaintext, so the true comparison is the device
+    engine against host AES-GCM alone: this one then leans toward ``device``, the
+    placement that keeps plaintext on the GPU (it is chosen before the wire is known)."""
 
     device_s_per_byte: float
     staged_s_per_byte: float

@@ -14,7 +14,14 @@ One message of ``n`` bytes, sealed by its sender and opened by its receiver:
       2 * staging_copy_us + n / staging_d2h_gbps + n / cpu_crypto_gbps
                           + n / cpu_crypto_gbps + n / staging_h2d_gbps
 
-What the frame crosses between sender and receiver is the same either way and left out.
+How the frame crosses between sender and receiver is left out, except for what the
+**wire** of device frames adds (``CommSettings.device_wire``): over NCCL a device frame
+goes from device to device; over gloo (ranks sharing a GPU) its ciphertext is copied to
+host memory at the sender and back at the receiver::
+
+      device over gloo: device + 2 * staging_copy_us + n / staging_d2h_gbps + n / staging_h2d_gbps
+
+A staged frame is in host memory already and crosses on gloo either way.
 The staging fields are what ``ccddp calibrate --device cuda`` measures beside the engine
 (``staging_d2h_gbps``, ``staging_h2d_gbps``, ``staging_copy_us``).
 
@@ -22,8 +29,8 @@ Example::
 
     from ccddp.sim import load_profile
     hw = load_profile("h100-cc")
-    placement_us(hw, 4 << 20)          # {"device": ..., "staged": ...}
-    cheaper_placement(hw, 4 << 20)     # "device" or "staged"
+    placement_us(hw, 4 << 20)                 # {"device": ..., "staged": ...} (device frames on NCCL)
+    cheaper_placement(hw, 4 << 20, "gloo")    # "device" or "staged", two ranks on one GPU
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from ccddp.sim.profile import HardwareProfile
 
 #: The placements a device frame can have.
 PLACEMENTS = ("device", "staged")
+#: What can carry a device-placed frame (``CommSettings.device_wire``, resolved).
+WIRES = ("nccl", "gloo")
 
 
 def _us(nbytes: float, gbps: float) -> float:
@@ -39,19 +48,25 @@ def _us(nbytes: float, gbps: float) -> float:
     return nbytes / (gbps * 1e3)
 
 
-def placement_us(hw: HardwareProfile, nbytes: int) -> dict[str, float]:
-    """Microseconds one ``nbytes`` message costs in seal + open, per placement."""
+def placement_us(hw: HardwareProfile, nbytes: int, wire: str = "nccl") -> dict[str, float]:
+    """Microseconds one ``nbytes`` message costs in seal + open, per placement, with device
+    frames on ``wire`` (``nccl`` or ``gloo``)."""
+    if wire not in WIRES:
+        raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
     launch = hw.kernel_launch_us * hw.cc_launch_toll
+    copies = 2 * hw.staging_copy_us + _us(nbytes, hw.staging_d2h_gbps) + _us(nbytes, hw.staging_h2d_gbps)
     device = 2 * (launch + hw.crypto_op_us) + _us(nbytes, hw.enc_gbps) + _us(nbytes, hw.dec_gbps)
-    staged = (2 * hw.staging_copy_us + _us(nbytes, hw.staging_d2h_gbps) + 2 * _us(nbytes, hw.cpu_crypto_gbps)
-              + _us(nbytes, hw.staging_h2d_gbps))
+    if wire == "gloo":
+        device += copies
+    staged = copies + 2 * _us(nbytes, hw.cpu_crypto_gbps)
     return {"device": device, "staged": staged}
 
 
-def cheaper_placement(hw: HardwareProfile, nbytes: int) -> str:
-    """The placement whose seal + open of an ``nbytes`` message costs less (``device`` on a tie)."""
-    cost = placement_us(hw, nbytes)
+def cheaper_placement(hw: HardwareProfile, nbytes: int, wire: str = "nccl") -> str:
+    """The placement whose seal + open of an ``nbytes`` message costs less with device
+    frames on ``wire`` (``device`` on a tie)."""
+    cost = placement_us(hw, nbytes, wire)
     return "staged" if cost["staged"] < cost["device"] else "device"
 
 
-__all__ = ["PLACEMENTS", "placement_us", "cheaper_placement"]
+__all__ = ["PLACEMENTS", "WIRES", "placement_us", "cheaper_placement"]
