@@ -51,6 +51,34 @@ def _force_host_frames(pg) -> None:
 
 
 WIRE = {"wire": None}
+LATE = {"copies": 0}
+
+
+def _late_copies() -> None:
+    """Every copy of a device frame to host says it is not done until it is waited for
+    (as a GPU copy still queued behind its seal would): the pipeline must send it anyway,
+    by waiting, before it blocks on a peer."""
+    from ccddp.comm import pipeline
+
+    real = pipeline.copy_to_host
+
+    class Late:
+        def __init__(self) -> None:
+            self.waited = False
+
+        def done(self) -> bool:
+            return self.waited
+
+        def result(self) -> None:
+            self.waited = True
+
+    def late(frame):
+        host, fut = real(frame)
+        assert fut is None, "a CPU frame's copy is done when it returns"
+        LATE["copies"] += 1
+        return host, Late()
+
+    pipeline.copy_to_host = late
 
 
 def _emulate_ordered_wire(pg, rank: int, n: int) -> None:
@@ -111,6 +139,7 @@ def main() -> None:
     ap.add_argument("--host-frames", action="store_true")
     ap.add_argument("--marker", action="store_true")
     ap.add_argument("--ordered-wire", action="store_true", help="emulated NCCL ordering for device frames")
+    ap.add_argument("--late-copies", action="store_true", help="copies to host report done only when waited for")
     ap.add_argument("--numel", type=int, default=4099)
     args = ap.parse_args()
 
@@ -129,6 +158,8 @@ def main() -> None:
     pg = dist.group.WORLD
     if args.host_frames:
         _force_host_frames(pg)
+    if args.late_copies:
+        _late_copies()
     if args.ordered_wire:
         _emulate_ordered_wire(pg, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
     m = args.numel
@@ -181,6 +212,7 @@ def main() -> None:
     print(json.dumps({"rank": rank, "backend": dist.get_backend(), "device": str(x.device), "checks": checks,
                       "staged_frames": STAGED["frames"],
                       "ordered_groups": WIRE["wire"].groups_posted if WIRE["wire"] else 0,
+                      "late_copies": LATE["copies"],
                       "device_wire": _wire_name(pg)}),
           flush=True)
     dist.destroy_process_group()

@@ -143,6 +143,16 @@ def test_frames_through_host_buffers_give_gloos_results_and_no_plaintext(engine,
     assert not found(markers, wire)
 
 
+def test_copies_to_host_still_running_are_sent_before_a_rank_blocks():
+    """Device frames for gloo are copied to host behind their seal and sent when the copy
+    is done. Here no copy says it is done until it is waited for (a GPU copy still queued):
+    every op and DDP step still completes with the reference results on three ranks -- the
+    pipeline waits for its pending copies and sends them before it blocks on a peer."""
+    rows = _launch("--host-frames", "--late-copies", "--numel", "6145", nproc=3)
+    _all_passed(rows)
+    assert all(r["late_copies"] > 20 for r in rows), rows
+
+
 def test_the_wiretap_sees_gloos_plaintext(tmp_path):
     """The control for the test above: the same script on gloo puts the markers on the wire."""
     rows = _launch("--backend", "gloo", "--marker", "--numel", "512", tmp_path=tmp_path, wire=True)
