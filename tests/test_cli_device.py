@@ -187,3 +187,4 @@ def test_bench_collectives_on_cuda_with_two_ranks_on_one_gpu(placement, tmp_path
     assert set(rows) == {"gloo", "secure"} and not any(row["wrong"] for row in rows.values())
     assert rows["gloo"]["backend"] == "gloo" and rows["secure"]["backend"] == "ccddp"
     assert rows["secure"]["placement"] == placement and rows["secure"]["device"].startswith("cuda:")
+    assert rows["secure"]["device_wire"] == "gloo" and rows["gloo"]["device_wire"] is None   # two ranks, one GPU

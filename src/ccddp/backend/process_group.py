@@ -234,6 +234,15 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
         return choosing
 
+    @property
+    def device_wire(self) -> str | None:
+        """What carries this group's device frames: ``"NCCL"`` (the ordered wire's name),
+        ``"gloo"``, or None before the group's first op on CUDA tensors chose."""
+        wire = self.secure_group.transport.ordered
+        if wire is not None:
+            return wire.name
+        return "gloo" if self._wire_chosen else None
+
     def placement(self, device: torch.device) -> Placement:
         """Where ops on ``device`` are sealed (``ccddp.backend.placement``); decided once
         per device."""

@@ -284,11 +284,12 @@ def _row(args, op: str, impl: str, g: "SecureGroup | GlooReference | _BackendGro
 
 def _where(device: torch.device, g) -> dict:
     """Where a row ran: the device (and GPU), the torch.distributed backend that carried
-    it, and the placement of its frames (CUDA tensors, CC-on only)."""
+    it, and the placement and wire of its frames (CUDA tensors, CC-on only)."""
     backend = getattr(g, "backend", None) or {"gloo": "gloo", "ring": "ccddp engine, plaintext"}.get(
         g.settings.impl, "ccddp engine")
-    placement = g.settings.placement if device.type == "cuda" and g.settings.secure else None
-    return {**describe(device), "backend": backend, "placement": placement}
+    sealed_on_cuda = device.type == "cuda" and backend == "ccddp"
+    return {**describe(device), "backend": backend, "placement": g.settings.placement if sealed_on_cuda else None,
+            "device_wire": g.pg.device_wire if sealed_on_cuda else None}
 
 
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
