@@ -9,7 +9,6 @@ through host buffers, the Triton engine on the data path -- runs on CPU tensors 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ import torch
 
 from ccddp.backend.placement import Placement, PlacementRates, choose, rates_from_profile, stage_in, stage_out
 from ccddp.errors import ConfigError
-from wire_util import HERE, SRC, build_wiretap, found, torchrun, wire_bytes
+from wire_util import HERE, SRC, build_wiretap, found, json_rows, torchrun, wire_bytes
 
 SCRIPT = str(HERE / "device_paths_main.py")
 CUDA = torch.device("cuda:0")
@@ -99,21 +98,8 @@ def _launch(*args: str, nproc: int = 2, launcher: str = "torchrun", tmp_path=Non
         done = torchrun([SCRIPT, *args], nproc=nproc, wiretap=lib, wire_dir=tmp_path / "wire" if wire else None,
                         env=extra)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = _json_rows(done.stdout)
+    rows = json_rows(done.stdout)
     assert sorted(r["rank"] for r in rows) == list(range(nproc)), done.stdout
-    return rows
-
-
-def _json_rows(out: str) -> list[dict]:
-    """The ranks' JSON objects in ``out`` (two ranks' lines can meet on one line of the
-    launcher's output)."""
-    rows, decoder = [], json.JSONDecoder()
-    for line in out.splitlines():
-        at = line.find('{"rank"')
-        while at >= 0:
-            obj, end = decoder.raw_decode(line, at)
-            rows.append(obj)
-            at = line.find('{"rank"', end)
     return rows
 
 

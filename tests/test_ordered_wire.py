@@ -9,7 +9,6 @@ NCCL wire's own calls run on one rank, and two ranks on two GPUs run when there 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,22 +20,11 @@ import torch
 from ccddp.backend.links import choose_device_wire, gpu_report
 from ccddp.comm.ordered import OrderedWire
 from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
-from wire_util import HERE, build_wiretap, found, torchrun, wire_bytes
+from wire_util import HERE, build_wiretap, found, json_rows, torchrun, wire_bytes
 
 SECRET = "9c41d0e2b7f35a86c1e4d92b07a3f6185de0c4b2a97f3e6d5c8b1a0f2e4d6c83"
 PATHS = str(HERE / "device_paths_main.py")
 PROBE = str(HERE / "ordered_probe_main.py")
-
-
-def _rows(out: str) -> list[dict]:
-    rows, decoder = [], json.JSONDecoder()
-    for line in out.splitlines():
-        at = line.find('{"rank"')
-        while at >= 0:
-            obj, end = decoder.raw_decode(line, at)
-            rows.append(obj)
-            at = line.find('{"rank"', end)
-    return rows
 
 
 def _run(script: str, *args: str, nproc: int, tmp_path=None, wire: bool = False) -> list[dict]:
@@ -46,7 +34,7 @@ def _run(script: str, *args: str, nproc: int, tmp_path=None, wire: bool = False)
     done = torchrun([script, *args], nproc=nproc, wiretap=lib, wire_dir=tmp_path / "wire" if wire else None,
                     env={"CCDDP_GROUP_SECRET": SECRET})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = _rows(done.stdout)
+    rows = json_rows(done.stdout)
     assert sorted({r["rank"] for r in rows}) == list(range(nproc)), done.stdout
     return rows
 

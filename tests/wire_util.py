@@ -9,6 +9,7 @@ markers of model data.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,3 +53,16 @@ def wire_bytes(wire_dir: Path) -> bytes:
 def found(markers: list[bytes], blob: bytes) -> list[bytes]:
     """The markers that occur in ``blob``."""
     return [m for m in markers if m in blob]
+
+
+def json_rows(out: str) -> list[dict]:
+    """The ranks' JSON objects (``{"rank": ...}``) in a launcher's ``out``: two ranks'
+    lines can meet on one line of its output."""
+    rows, decoder = [], json.JSONDecoder()
+    for line in out.splitlines():
+        at = line.find('{"rank"')
+        while at >= 0:
+            obj, end = decoder.raw_decode(line, at)
+            rows.append(obj)
+            at = line.find('{"rank"', end)
+    return rows
