@@ -6,16 +6,8 @@
 #   OUT=... ROUNDS=8 bash run.sh && python summarize.py "$OUT" "what changed"
 set -u
 OUT=${OUT:-/work/main/benchmarks/device-path}
-LOG=$OUT/log.txt
 ROUNDS=${ROUNDS:-6}
-mkdir -p "$OUT"
-export CCDDP_GROUP_SECRET=$(python -c "import secrets; print(secrets.token_hex(32))")
-run() {  # name tree cmd...
-  local name=$1 tree=$2; shift 2
-  echo "$(date -u +%FT%TZ) start $name $tree load $(cut -d' ' -f1 /proc/loadavg)" >> "$LOG"
-  ( cd /tmp/$tree && PYTHONPATH=/tmp/$tree/src timeout 900 "$@" ) > "/tmp/$name-$tree.log" 2>&1
-  echo "$(date -u +%FT%TZ) end $name $tree rc $? load $(cut -d' ' -f1 /proc/loadavg)" >> "$LOG"
-}
+. "$(dirname "$0")/../ab_launch.sh"
 for r in $(seq "${FIRST:-1}" "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="orig new"; else order="new orig"; fi
   for ws in 2 4; do

@@ -4,15 +4,8 @@
 # launches alternate old/new, the order flipping every round; every launch's load is logged.
 set -u
 OUT=${OUT:-/work/main/benchmarks/engine}
-LOG=$OUT/log.txt
-mkdir -p "$OUT"
-export CCDDP_GROUP_SECRET=$(python -c "import secrets; print(secrets.token_hex(32))")
-run() {  # name tree cmd...
-  local name=$1 tree=$2; shift 2
-  echo "$(date -u +%FT%TZ) start $name $tree load $(cut -d' ' -f1 /proc/loadavg)" >> "$LOG"
-  ( cd /tmp/$tree && PYTHONPATH=/tmp/$tree/src timeout 900 "$@" ) > "$OUT/$name-$tree.log" 2>&1
-  echo "$(date -u +%FT%TZ) end $name $tree rc $? load $(cut -d' ' -f1 /proc/loadavg)" >> "$LOG"
-}
+RUN_LOGS="$OUT"
+. "$(dirname "$0")/../ab_launch.sh"
 for r in 1 2 3; do
   if [ $((r % 2)) = 1 ]; then order="orig new"; else order="new orig"; fi
   for ws in 2 4; do

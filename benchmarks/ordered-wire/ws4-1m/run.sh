@@ -3,13 +3,12 @@
 # old (/tmp/orig) and new (/tmp/new) taking turns, the order flipping every round.
 set -u
 OUT=$(cd "$(dirname "$0")" && pwd)
-export CCDDP_GROUP_SECRET=$(python -c "import secrets; print(secrets.token_hex(32))")
+. "$OUT/../../ab_launch.sh"
 for r in $(seq 1 "${ROUNDS:-8}"); do
   if [ $((r % 2)) = 1 ]; then order="orig new"; else order="new orig"; fi
   for t in $order; do
-    echo "$(date -u +%FT%TZ) start r$r $t load $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/log.txt"
-    ( cd /tmp/$t && PYTHONPATH=/tmp/$t/src timeout 900 python -m ccddp.cli bench collectives --world-size 4 \
-        --sizes 1M --impl gloo,secure --iters 30 --warmup 5 --json "$OUT/coll-ws4-r$r-$t.json" ) > /dev/null 2>&1
+    run coll-ws4-r$r $t python -m ccddp.cli bench collectives --world-size 4 --sizes 1M --impl gloo,secure \
+        --iters 30 --warmup 5 --json "$OUT/coll-ws4-r$r-$t.json"
   done
 done
 echo "$(date -u +%FT%TZ) ALL DONE" >> "$OUT/log.txt"
