@@ -54,7 +54,7 @@ def test_launch_runs_an_unmodified_script_sealed(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(SRC), LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(tmp_path / "ccddp"),
                OMP_NUM_THREADS="1")
     env.pop("CCDDP_GROUP_SECRET", None)  # a single-node launch makes its own
-    sealed = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--standalone", "--nproc-per-node", "2",
+    sealed = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--nproc-per-node", "2",
                              EXAMPLE, "--steps", "3"], env=env, capture_output=True, text=True, timeout=300)
     assert sealed.returncode == 0, sealed.stderr[-3000:]
     before, after = _checksums(plain.stdout), _checksums(sealed.stdout)
@@ -88,10 +88,10 @@ def test_torchrun_arguments_start_the_script_through_the_interceptor():
     from ccddp.cli.cmd_launch import torchrun_argv
 
     fixed = ["--master-addr", "127.0.0.1", "--master-port", "29500"]
-    assert torchrun_argv(["--nproc-per-node", "2", *fixed, "train.py", "--lr", "1"]) == [
+    assert torchrun_argv(["--nproc-per-node", "2", *fixed, "train.py", "--lr", "1"], {}) == [
         "--nproc-per-node", "2", *fixed, "-m", "ccddp.backend.intercept", "train.py", "--lr", "1"]
-    argv = torchrun_argv(["--standalone", "-m", "pkg.train", "x"])
-    assert "--standalone" not in argv and argv[-5:] == ["-m", "ccddp.backend.intercept", "-m", "pkg.train", "x"]
+    argv = torchrun_argv(["-m", "pkg.train", "x"], {})
+    assert argv[-5:] == ["-m", "ccddp.backend.intercept", "-m", "pkg.train", "x"]
 
 
 def _bert_markers() -> list[bytes]:
@@ -119,7 +119,7 @@ def test_hugging_face_trainer_through_launch(tmp_path):
         else:
             env = dict(os.environ, PYTHONPATH=str(SRC), LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(d / "wire"),
                        OMP_NUM_THREADS="1")
-            proc = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--standalone", "--nproc-per-node",
+            proc = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--nproc-per-node",
                                    "2", script, str(d)], env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[backend] = [torch.load(d / f"rank{r}.pt") for r in range(2)]

@@ -101,19 +101,91 @@ def test_launch_needs_a_fixed_node_count_and_node_0s_address(argv, tmp_path):
     assert "--master-port" in done.stderr
 
 
-@pytest.mark.parametrize("argv", [["--nproc-per-node", "2"], ["--standalone", "--nproc-per-node", "2"],
-                                  ["--nnodes", "1", "--nproc-per-node", "2"], ["--nnodes", "1:1"]])
+@pytest.mark.parametrize("argv", [["--nproc-per-node", "2"], ["--nnodes", "1", "--nproc-per-node", "2"],
+                                  ["--nnodes", "1:1"]])
 def test_every_single_node_launch_gets_the_static_rendezvous(argv):
-    """torchrun switches a one-node launch without ``--master-port`` (and ``--standalone``)
-    to the c10d rendezvous; what ccddp launch hands torchrun never does."""
+    """torchrun switches a one-node launch without ``--master-port`` to the c10d
+    rendezvous; what ccddp launch hands torchrun never does."""
     from torch.distributed.run import get_args_parser
 
     from ccddp.cli.cmd_launch import torchrun_argv
 
-    ns = get_args_parser().parse_args(torchrun_argv([*argv, "train.py", "--lr", "1"]))
+    ns = get_args_parser().parse_args(torchrun_argv([*argv, "train.py", "--lr", "1"], {}))
     assert ns.rdzv_backend == "static" and not ns.standalone
     assert ns.master_addr == "127.0.0.1" and ns.master_port is not None
     assert ns.training_script == "ccddp.backend.intercept" and ns.training_script_args == ["train.py", "--lr", "1"]
+
+
+# Every way to ask torchrun for a dynamic rendezvous: an option, any unambiguous prefix of
+# it, or its PET_* variable (torchrun's options take their defaults from PET_<OPTION>).
+DYNAMIC = {
+    "--standalone": (["--standalone"], {}),
+    "--stand": (["--stand"], {}),
+    "--rdzv_backend c10d": (["--rdzv_backend", "c10d"], {}),
+    "--rdzv-backend=c10d": (["--rdzv-backend=c10d"], {}),
+    "--rdzv-b c10d": (["--rdzv-b", "c10d"], {}),
+    "PET_STANDALONE=1": ([], {"PET_STANDALONE": "1"}),
+    "PET_RDZV_BACKEND=c10d": ([], {"PET_RDZV_BACKEND": "c10d"}),
+    "--nnodes 1:2": (["--nnodes", "1:2"], {}),
+    "PET_NNODES=1:2": ([], {"PET_NNODES": "1:2"}),
+}
+
+
+@pytest.mark.parametrize("case", DYNAMIC)
+def test_torchrun_reads_each_spelling_as_a_dynamic_rendezvous(case, monkeypatch):
+    """The cases below are real: torchrun's own parser, in the environment given, resolves
+    each to --standalone, a c10d backend or a node range."""
+    from torch.distributed.run import get_args_parser
+
+    argv, env = DYNAMIC[case]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    ns = get_args_parser().parse_args([*argv, "train.py"])
+    assert ns.standalone or ns.rdzv_backend == "c10d" or ns.nnodes == "1:2"
+
+
+@pytest.mark.parametrize("case", DYNAMIC)
+def test_launch_refuses_every_spelling_of_a_dynamic_rendezvous(case, hostile_store, tmp_path):
+    """However it is asked for, a dynamic rendezvous is refused in one line before torchrun
+    starts: the host's store (which holds a pickle that would create a file) is never read
+    by an agent, and no rank runs."""
+    endpoint, marker = hostile_store
+    argv, env = DYNAMIC[case]
+    # The dynamic cases point at the hostile store; the static rest of the launch is valid.
+    target = {"PET_RDZV_ENDPOINT": endpoint, "PET_RDZV_ID": RUN_ID}
+    done = _ccddp("launch", *argv, "--nproc-per-node", "2", SCRIPT, str(tmp_path),
+                  env=_env(**target, **env), timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ccddp: error: "), done.stderr[-2000:]
+    assert "static" in lines[0] or "--nnodes N" in lines[0]
+    assert not marker.exists(), "the host's pickle ran"
+    assert not list(tmp_path.glob("attempt*")), "a rank started"
+
+
+def test_pet_variables_become_options_and_never_reach_torchrun():
+    """A PET_* variable that asks for nothing dynamic is kept as the option it stands for
+    (so it is checked like one), and torchrun's environment holds no PET_* variable and no
+    group secret."""
+    from torch.distributed.run import get_args_parser
+
+    from ccddp.cli.cmd_launch import child_environment, torchrun_argv
+
+    environ = {"PET_NPROC_PER_NODE": "3", "PET_MASTER_PORT": "29611", "PET_MODULE": "0", "PET_UNKNOWN": "x",
+               "CCDDP_GROUP_SECRET": SECRET_HEX, "HOME": "/home/u"}
+    argv = torchrun_argv(["--nproc-per-node", "2", "train.py"], environ)
+    assert child_environment(environ) == {"HOME": "/home/u"}
+    ns = get_args_parser().parse_args(argv)
+    assert ns.nproc_per_node == "2", "the spelled option wins over the variable, as in torchrun"
+    assert ns.master_port == 29611 and ns.rdzv_backend == "static" and not ns.standalone
+    assert torchrun_argv(["train.py"], {"PET_NPROC_PER_NODE": "3"})[0] == "--nproc-per-node=3"
+
+
+def test_a_usage_error_is_one_line(tmp_path):
+    done = _ccddp("launch", "--rdzv", "c10d", SCRIPT, str(tmp_path), timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ccddp: error: torchrun's options: ambiguous option")
 
 
 def test_a_restarted_attempt_recovers_with_fresh_keys(tmp_path):
@@ -161,6 +233,31 @@ def test_the_group_secret_reaches_the_ranks_only(tmp_path):
     written = [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
     for text in (done.stdout, done.stderr, *written):
         assert secret not in text and secret.upper() not in text
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["CCDDP_GROUP_SECRET given", "secret made by the launch"])
+def test_no_environment_block_of_the_launch_holds_the_secret(given, tmp_path):
+    """/proc/<pid>/environ of the agent, each rank, a forked child and a subprocess (read
+    while the ranks' group is in use) holds neither the secret nor a CCDDP_GROUP_SECRET
+    variable."""
+    env = _env(CCDDP_GROUP_SECRET=SECRET_HEX) if given else _env()
+    if not given:
+        env.pop("CCDDP_GROUP_SECRET", None)
+        env.pop("CCDDP_GROUP_SECRET_FILE", None)
+    done = _ccddp("launch", "--nproc-per-node", "2", str(HERE / "environ_main.py"), str(tmp_path), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    blocks = {p.name: p.read_bytes() for p in tmp_path.glob("*.environ")}
+    assert len(blocks) == 8, sorted(blocks)
+    for r in (0, 1):
+        assert b"torch.distributed.run" in (tmp_path / f"rank{r}-agent.cmdline").read_bytes()
+    for name, block in blocks.items():
+        assert b"PATH=" in block, f"{name}: not an environment block"
+        assert SECRET_HEX.encode() not in block and SECRET_HEX.upper().encode() not in block, name
+        assert b"CCDDP_GROUP_SECRET=" not in block, name
+    assert b"CCDDP_GROUP_SECRET_FILE=" in blocks["rank0-agent.environ"], "the agent is told where the secret is"
+    # The rank took the path out of os.environ: what it executes later is not told it (a fork
+    # shares the rank's original block, which names the path, never the secret).
+    assert b"CCDDP_GROUP_SECRET_FILE=" not in blocks["rank0-subprocess.environ"]
 
 
 def _one_rank(rank, n):

@@ -11,12 +11,22 @@ Rendezvous: torchrun's static rendezvous only. The dynamic ones (``c10d``, ``etc
 the ``c10d`` rendezvous torchrun picks by itself for ``--standalone`` or a single node
 without ``--master-port``) keep their state in the rendezvous store as a pickle and
 unpickle what they read back; the store belongs to the host, so a host that writes a
-crafted pickle there would run code in the agent, which holds the group secret. A
-single-node launch is therefore given ``--master-addr 127.0.0.1`` and a free
+crafted pickle there would run code in the agent. What is checked is what torchrun will
+do, not how the options were spelled: the final argument list is parsed with torchrun's
+own parser, which accepts any unambiguous prefix (``--stand`` is ``--standalone``) and
+takes every option's default from a ``PET_<OPTION>`` variable. Every ``PET_*`` variable
+is turned into the option it stands for (so it is checked like one) and none reaches
+torchrun. A single-node launch is given ``--master-addr 127.0.0.1`` and a free
 ``--master-port``; a multi-node launch names them itself, with ``--nnodes N --node-rank
-R``; a dynamic backend, or a range of nodes (which only a dynamic rendezvous serves), is
-refused before anything starts. ``--max-restarts`` works: a restarted attempt builds new
-links and a new session.
+R``; ``--standalone``, a dynamic backend, or a range of nodes (which only a dynamic
+rendezvous serves) is refused before anything starts. ``--max-restarts`` works: a
+restarted attempt builds new links and a new session.
+
+The group secret (made here, or ``CCDDP_GROUP_SECRET`` from the caller's environment)
+reaches the ranks in a sealed in-memory file of this process (``memfd``), which the
+ranks open through ``/proc/<this pid>/fd/N`` (named by ``CCDDP_GROUP_SECRET_FILE``): it is
+never in the environment block of the agent, the ranks or anything they start, where
+``/proc/<pid>/environ`` would show it for the process's lifetime.
 
 Example::
 
@@ -28,14 +38,21 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator, Mapping
 
 from ccddp.errors import ConfigError
 
 INTERCEPT = "ccddp.backend.intercept"
 
 SUMMARY = "run an unmodified DDP script (torchrun arguments) with ccddp as its backend"
+
+#: torchrun's options read their defaults from ``PET_<OPTION>`` (torch/distributed/argparse_util.py).
+PET_PREFIX = "PET_"
 
 
 def register(sub) -> None:
@@ -53,10 +70,60 @@ def register(sub) -> None:
 STATIC_HOW = "--nnodes N --node-rank R --master-addr HOST --master-port PORT"
 
 
-def _parse(argv: list[str]) -> argparse.Namespace:
+def _refuse_usage(message: str):
+    raise ConfigError(f"torchrun's options: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    """torchrun's own parser as torchrun will build it under :func:`child_environment`:
+    with no ``PET_*`` variable.
+
+    torchrun's option actions read ``PET_<OPTION>`` from ``os.environ`` when the parser is
+    built (``argparse_util.env``/``check_env``), so those variables are set aside for that
+    moment (this is the CLI's main thread; nothing else runs) and put back after.
+    """
     from torch.distributed.run import get_args_parser
 
-    return get_args_parser().parse_args(argv)
+    saved = {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith(PET_PREFIX)]}
+    try:
+        parser = get_args_parser()
+    finally:
+        os.environ.update(saved)
+    # A usage error is one line from ccddp (exit 2), not torchrun's usage text.
+    parser.error = _refuse_usage  # type: ignore[method-assign]
+    return parser
+
+
+def pet_options(environ: Mapping[str, str]) -> list[str]:
+    """The torchrun options the ``PET_*`` variables of ``environ`` stand for, e.g.
+    ``PET_NPROC_PER_NODE=2`` -> ``--nproc-per-node=2``, ``PET_STANDALONE=1`` ->
+    ``--standalone``. Given before the user's options, they lose to an option the user
+    spelled, as torchrun's defaults do. A ``PET_*`` name torchrun has no option for is
+    dropped (torch reads ``PET_*`` nowhere else)."""
+    from torch.distributed.argparse_util import check_env, env
+
+    pet = {k: v for k, v in environ.items() if k.startswith(PET_PREFIX)}
+    out: list[str] = []
+    for action in _parser()._actions:
+        value = pet.get(f"{PET_PREFIX}{action.dest.upper()}")
+        if value is None or not action.option_strings:
+            continue
+        option = max(action.option_strings, key=len)
+        if isinstance(action, check_env):
+            try:
+                on = bool(int(value))
+            except ValueError:
+                raise ConfigError(f"{PET_PREFIX}{action.dest.upper()}={value[:40]!r}: torchrun reads it as a flag, "
+                                  "0 or 1") from None
+            out += [option] if on else []
+        elif isinstance(action, env):
+            out.append(f"{option}={value}")
+    return out
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """``argv`` as torchrun will read it, with no ``PET_*`` variable (none reaches it)."""
+    return _parser().parse_args(argv)
 
 
 def _node_range(ns: argparse.Namespace) -> tuple[int, int]:
@@ -68,9 +135,15 @@ def _node_range(ns: argparse.Namespace) -> tuple[int, int]:
         raise ConfigError(f"--nnodes {ns.nnodes!r} is not a number of nodes: {e}") from None
 
 
-def static_rendezvous(ns: argparse.Namespace) -> list[str]:
-    """The options to add so torchrun uses the static rendezvous (nothing it reads from the
-    store is unpickled); raises :class:`ConfigError` for a launch that needs a dynamic one."""
+def _check_backend(ns: argparse.Namespace) -> None:
+    """Raise :class:`ConfigError` if ``ns`` asks torchrun for a dynamic rendezvous:
+    ``--standalone`` (torch/distributed/run.py ``run`` turns it into c10d), another
+    backend, or a range of nodes."""
+    if ns.standalone:
+        raise ConfigError("ccddp launch does not use --standalone (however it is spelled or set, PET_STANDALONE "
+                          "included): it is torchrun's c10d rendezvous, which unpickles what it reads from the "
+                          "rendezvous store. Leave it out: a one-node launch gets the static rendezvous on "
+                          f"127.0.0.1 by itself; across nodes use {STATIC_HOW}")
     if ns.rdzv_backend != "static":
         raise ConfigError(f"ccddp launch does not use the {ns.rdzv_backend} rendezvous: it unpickles what it reads "
                           f"from the rendezvous store, which the host controls. Use the static rendezvous: "
@@ -79,9 +152,23 @@ def static_rendezvous(ns: argparse.Namespace) -> list[str]:
     if low != high:
         raise ConfigError(f"--nnodes {ns.nnodes}: a range of nodes needs a dynamic rendezvous, which ccddp launch "
                           f"does not use (it unpickles what the host's store holds); give a fixed count: {STATIC_HOW}")
+
+
+def check_static(ns: argparse.Namespace) -> None:
+    """Raise :class:`ConfigError` unless torchrun, given ``ns``, uses the static rendezvous
+    (a one-node launch without a port or endpoint is switched to c10d by torchrun too)."""
+    _check_backend(ns)
+    if ns.master_port is None and not ns.rdzv_endpoint:
+        raise ConfigError(f"without --master-port torchrun would pick the c10d rendezvous: {STATIC_HOW}")
+
+
+def static_rendezvous(ns: argparse.Namespace) -> list[str]:
+    """The options to add so torchrun uses the static rendezvous (nothing it reads from the
+    store is unpickled); raises :class:`ConfigError` for a launch that needs a dynamic one."""
+    _check_backend(ns)
     if ns.master_port is not None or ns.rdzv_endpoint:
         return []
-    if high > 1:
+    if _node_range(ns)[1] > 1:
         raise ConfigError(f"a multi-node launch needs the address of node 0: {STATIC_HOW}")
     # Without a port torchrun would switch a one-node launch to the c10d rendezvous.
     from ccddp.bench.launch import free_port
@@ -89,27 +176,74 @@ def static_rendezvous(ns: argparse.Namespace) -> list[str]:
     return ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
 
 
-def torchrun_argv(argv: list[str]) -> list[str]:
-    """torchrun's arguments: the static rendezvous, and the script (or ``-m MODULE``)
-    started through the interceptor."""
+def torchrun_argv(argv: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """torchrun's arguments for ``ccddp launch ARGV`` in ``environ`` (default: this
+    process's): the ``PET_*`` variables as options, the static rendezvous, and the script
+    (or ``-m MODULE``) started through the interceptor. The result is checked with
+    torchrun's own parser as torchrun will see it (no ``PET_*`` variable: see
+    :func:`child_environment`)."""
+    environ = os.environ if environ is None else environ
+    argv = [*pet_options(environ), *argv]
     ns = _parse(argv)
     if ns.no_python:
         raise ConfigError("ccddp launch runs Python scripts: --no-python is not supported")
+    if ns.run_path:
+        raise ConfigError("ccddp launch starts every rank through its interceptor: --run-path is not supported")
     rest = list(ns.training_script_args)
     at = len(argv) - len(rest) - 1
     if at < 0 or argv[at] != ns.training_script:
         raise ConfigError(f"cannot find the script {ns.training_script!r} among the arguments")
-    # --standalone is torchrun's c10d rendezvous on this node: the static one replaces it.
-    head = [a for a in argv[:at] if a not in ("-m", "--module", "--standalone")]
-    if ns.standalone:
-        ns.rdzv_backend, ns.rdzv_endpoint = "static", ""
+    head = [a for a in argv[:at] if a not in ("-m", "--module")]
     target = ["-m", ns.training_script] if ns.module else [ns.training_script]
-    return [*head, *static_rendezvous(ns), "-m", INTERCEPT, *target, *rest]
+    final = [*head, *static_rendezvous(ns), "-m", INTERCEPT, *target, *rest]
+    # What torchrun will do with exactly these arguments (its parser, no PET_* variable).
+    done = _parse(final)
+    check_static(done)
+    if not done.module or done.training_script != INTERCEPT:
+        raise ConfigError(f"cannot start the script through {INTERCEPT} with these torchrun options")
+    return final
 
 
-def _single_node(argv: list[str]) -> bool:
-    ns = _parse(argv)
-    return ns.standalone or _node_range(ns)[1] == 1
+def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """torchrun's environment: ``environ`` without ``PET_*`` variables (each is an option in
+    :func:`torchrun_argv` already, checked there) and without the group secret (handed
+    over by :func:`secret_handoff`)."""
+    from ccddp.crypto.keys import ENV_SECRET
+
+    return {k: v for k, v in environ.items() if not k.startswith(PET_PREFIX) and k != ENV_SECRET}
+
+
+@contextlib.contextmanager
+def secret_handoff(secret) -> Iterator[str]:
+    """A path the ranks read the group secret from, valid while the ``with`` block runs:
+    ``/proc/<this pid>/fd/N`` of a sealed memfd (in this process's memory only: never in
+    an environment block, never on a disk the host could read), else (no memfd) a 0400
+    file in a fresh 0700 directory, removed at the end. Either way a process of the same
+    user can read it while the launch runs, as it could read the ranks' memory."""
+    text = secret.value.hex().encode()
+    if hasattr(os, "memfd_create"):
+        import fcntl
+
+        fd = os.memfd_create("ccddp-group-secret", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.write(fd, text)
+            os.fchmod(fd, 0o400)
+            # Sealed: nothing that opens it can change the secret the next rank reads.
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                        | fcntl.F_SEAL_WRITE)
+            yield f"/proc/{os.getpid()}/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    where = tempfile.mkdtemp(prefix="ccddp-secret-")  # 0700
+    try:
+        path = os.path.join(where, "group-secret")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+        yield path
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,15 +252,22 @@ def run(args: argparse.Namespace) -> int:
     argv = list(args.torchrun_args)
     if not argv:
         raise ConfigError("usage: ccddp launch [torchrun options] SCRIPT [ARGS]")
-    cmd = [sys.executable, "-m", "torch.distributed.run", *torchrun_argv(argv)]
-    env = dict(os.environ)
-    keyed = env.get(ENV_SECRET) or env.get(ENV_SECRET_FILE) or env.get("CCDDP_IDENTITY")
-    if not keyed:
-        if not _single_node(argv):
-            raise ConfigError(f"a multi-node launch needs the same key material on every node: set {ENV_SECRET} "
-                              "(or CCDDP_IDENTITY and CCDDP_ALLOWLIST)")
-        env[ENV_SECRET] = GroupSecret.generate().value.hex()
-    # torchrun in a session of its own: Ctrl-C or SIGTERM to this command ends every rank.
+    final = torchrun_argv(argv)
+    cmd = [sys.executable, "-m", "torch.distributed.run", *final]
+    env = child_environment(os.environ)
+    if os.environ.get(ENV_SECRET):
+        secret = GroupSecret.from_hex(os.environ[ENV_SECRET])   # refused here, not in every rank
+    elif os.environ.get(ENV_SECRET_FILE) or os.environ.get("CCDDP_IDENTITY"):
+        secret = None      # a path, or identity keys: nothing secret in the environment
+    elif _node_range(_parse(final))[1] > 1:
+        raise ConfigError(f"a multi-node launch needs the same key material on every node: set {ENV_SECRET} "
+                          "(or CCDDP_IDENTITY and CCDDP_ALLOWLIST)")
+    else:
+        secret = GroupSecret.generate()
     from ccddp.bench.launch import supervised
 
-    return supervised(cmd, env).returncode
+    with contextlib.ExitStack() as stack:
+        if secret is not None:
+            env[ENV_SECRET_FILE] = stack.enter_context(secret_handoff(secret))
+        # torchrun in a session of its own: Ctrl-C or SIGTERM to this command ends every rank.
+        return supervised(cmd, env).returncode

@@ -39,6 +39,8 @@ _LABEL = b"ccddp/v1/"
 # fails either rule with probability below 2^-80.
 _MAX_PATTERN = 16
 _MIN_DISTINCT = 12
+# A secret file holds hex digits and whitespace: anything longer is not one.
+_MAX_SECRET_FILE = 4096
 HOW_TO_MAKE = "make one with: python -c \"import secrets; print(secrets.token_hex(32))\""
 
 
@@ -88,14 +90,27 @@ class GroupSecret:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"group secret file {p} does not exist")
-        return cls.from_hex(p.read_text())
+        # Read a bounded prefix: the file is named by the environment, which need not be ours.
+        try:
+            with open(p, "rb") as f:
+                data = f.read(_MAX_SECRET_FILE + 1)
+        except OSError as e:
+            raise ConfigError(f"group secret file {p}: cannot read it ({e.strerror or e})") from None
+        if len(data) > _MAX_SECRET_FILE:
+            raise ConfigError(f"group secret file {p} is larger than {_MAX_SECRET_FILE} bytes: it must hold "
+                              f"{2 * KEY_BYTES} hex digits")
+        try:
+            text = data.decode("ascii")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"group secret file {p} holds a byte that is not a hex digit (byte {e.start})") from None
+        return cls.from_hex(text)
 
     @classmethod
     def from_env(cls) -> "GroupSecret":
         """The process's group secret: ``CCDDP_GROUP_SECRET`` (hex), else the file named by
         ``CCDDP_GROUP_SECRET_FILE``.
 
-        The variable is read once and taken out of the environment (:func:`take_secret_from_env`),
+        Either is read once and taken out of the environment (:func:`take_secret_from_env`),
         so processes the training script starts later (data-loader workers, subprocesses,
         anything that logs ``os.environ``) do not inherit it; later calls return the same
         secret.
@@ -107,8 +122,6 @@ class GroupSecret:
         take_secret_from_env()
         if _taken is not None:
             return _taken
-        if os.environ.get(ENV_SECRET_FILE):
-            return cls.from_file(os.environ[ENV_SECRET_FILE])
         raise ConfigError(
             f"no group secret: set {ENV_SECRET} (64 hex digits) or {ENV_SECRET_FILE}, "
             "e.g. export CCDDP_GROUP_SECRET=$(python -c 'import os;print(os.urandom(32).hex())')"
@@ -120,13 +133,19 @@ _taken: GroupSecret | None = None
 
 
 def take_secret_from_env() -> None:
-    """Move ``CCDDP_GROUP_SECRET`` from the environment into this process's memory (a
-    malformed value raises :class:`ConfigError`, and is removed all the same). A later value
-    put in the environment replaces the one taken."""
+    """Move the group secret from the environment into this process's memory:
+    ``CCDDP_GROUP_SECRET`` (hex), else the file ``CCDDP_GROUP_SECRET_FILE`` names (read
+    now: under ``ccddp launch`` it is the launcher's in-memory file). Both variables are
+    removed, malformed or not, so what this process starts learns neither the secret nor
+    where it is. A malformed value raises :class:`ConfigError`; a later value put in the
+    environment replaces the one taken."""
     global _taken
     text = os.environ.pop(ENV_SECRET, None)
+    path = os.environ.pop(ENV_SECRET_FILE, None)
     if text:
         _taken = GroupSecret.from_hex(text)
+    elif path:
+        _taken = GroupSecret.from_file(path)
 
 
 def guessable(value: bytes) -> str | None:

@@ -1,0 +1,58 @@
+"""Where the group secret could be read from outside a rank (``ccddp launch ...
+environ_main.py OUT``).
+
+``/proc/<pid>/environ`` shows the environment block a process started with, whatever it
+later deletes from ``os.environ``, and a child inherits its parent's block. Every rank
+saves the blocks of the processes that could hold the secret: its own, its torchrun agent
+(its parent), a forked child and a subprocess, started after the rank's group exists, as
+``OUT/rank{r}-{who}.environ`` (with the agent's command line, to show it is the agent).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def environ(pid: int) -> bytes:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return f.read()
+
+
+def main() -> None:
+    out = sys.argv[1]
+    dist.init_process_group("gloo")  # served by ccddp under ccddp launch: the secret is in use
+    rank = dist.get_rank()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert t.tolist() == [2.0] * 4
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # a forked child (a data-loader worker is one): waits until read
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    sub = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        blocks = {"self": environ(os.getpid()), "agent": environ(os.getppid()), "fork": environ(child),
+                  "subprocess": environ(sub.pid)}
+    finally:
+        os.write(w, b"x")
+        os.waitpid(child, 0)
+        sub.communicate(b"")
+    for who, block in blocks.items():
+        with open(os.path.join(out, f"rank{rank}-{who}.environ"), "wb") as f:
+            f.write(block)
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f, open(os.path.join(out, f"rank{rank}-agent.cmdline"),
+                                                                "wb") as g:
+        g.write(f.read())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
