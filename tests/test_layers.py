@@ -11,7 +11,7 @@ really loads, is in ``test_cli.py``.
     backend                      (the product's API: the "ccddp" process group)
     comm                         (the engine)
     crypto
-    errors chains stats runs     (leaves)
+    errors chains stats runs config   (leaves)
 """
 
 from __future__ import annotations
@@ -30,21 +30,23 @@ MAY_IMPORT: dict[str, set[str]] = {
     "chains": set(),
     "stats": set(),
     "runs": {"errors"},
+    # Configuration read from files and the environment, bounded before it is parsed.
+    "config": {"errors"},
     "crypto": {"errors"},
-    "comm": {"crypto", "errors", "chains"},
-    "backend": {"comm", "crypto", "errors", "chains"},
+    "comm": {"crypto", "errors", "chains", "config"},
+    "backend": {"comm", "crypto", "errors", "chains", "config"},
     "workloads": {"errors"},
-    "sim": {"errors", "chains", "stats"},
+    "sim": {"errors", "chains", "stats", "config"},
     "testing": {"comm", "crypto", "errors"},
     "bench": {"testing", "sim", "workloads", "backend", "comm", "crypto", "errors", "chains", "stats",
-              "runs"},
-    "report": {"sim", "errors", "chains", "stats", "runs"},
+              "runs", "config"},
+    "report": {"sim", "errors", "chains", "stats", "runs", "config"},
     "cli": {"report", "bench", "testing", "sim", "workloads", "backend", "comm", "crypto", "errors",
-            "chains", "stats", "runs"},
+            "chains", "stats", "runs", "config"},
     "": {"backend"},            # the package itself: registers the backend when torch is loaded
 }
 #: The product (what `pip install ccddp` without extras serves): none of the bench extra.
-PRODUCT = ("", "errors", "chains", "crypto", "comm", "backend")
+PRODUCT = ("", "errors", "chains", "config", "crypto", "comm", "backend")
 BENCH_ONLY = {"transformers", "torch_geometric", "matplotlib", "rich", "scipy", "psutil"}
 #: Outside packages a part must not import.
 MUST_NOT_IMPORT: dict[str, set[str]] = {

@@ -10,7 +10,7 @@ Layers (imports point down only; ``tests/test_layers.py`` checks them)::
     backend                 the "ccddp" torch.distributed backend: the product's API
     comm                    the engine: sealed collectives over links
     crypto                  keys, AEAD channel, engines
-    errors chains stats runs   leaves
+    errors chains stats runs config   leaves (config: files and environment, bounded)
 
 ``sim`` models and never imports ``torch.distributed`` or ``comm``; ``report`` imports
 neither torch nor ``bench``. The product (crypto, comm, backend) needs only torch,

@@ -36,13 +36,14 @@ Example::
 from __future__ import annotations
 
 import enum
+import math
 import os
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from ccddp.config import read_toml
 from ccddp.errors import ConfigError
 
 PROFILE_ENV = "CCDDP_PROFILE"
@@ -86,18 +87,16 @@ def rates_from_profile(path: str | None = None) -> PlacementRates | None:
     path = path if path is not None else os.environ.get(PROFILE_ENV, "")
     if not path:
         return None
-    try:
-        with open(path, "rb") as f:
-            sections = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"{PROFILE_ENV}={path}: cannot read a calibrated profile ({e})") from None
+    # Bounded and typed (ccddp.config): the path comes from the environment.
+    sections = read_toml(path, what=f"{PROFILE_ENV}={path} (a calibrated profile)")
     fields = {name: entry for section in sections.values() if isinstance(section, dict)
               for name, entry in section.items() if isinstance(entry, dict)}
     measured = {}
     for name in set(_DEVICE_FIELDS + _STAGED_FIELDS):
         entry = fields.get(name, {})
         value = entry.get("value")
-        if entry.get("source") != "measured" or not isinstance(value, (int, float)) or not value > 0:
+        if entry.get("source") != "measured" or isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not (value > 0 and math.isfinite(value)):
             return None       # an assumed rate must not steer the choice
         measured[name] = float(value)
     return PlacementRates(sum(1 / (measured[f] * 1e9) for f in _DEVICE_FIELDS),

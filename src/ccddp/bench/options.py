@@ -271,20 +271,23 @@ def build_collectives_parser(add_help: bool = True) -> argparse.ArgumentParser:
 def trust_domains_setting(text: str):
     """``--trust-domains``: a name (``rank``, ``node``) or a JSON list of rank lists (the
     shape is checked here, without torch; coverage of the group where it is created)."""
-    import json
+    # Bounded before it is parsed (size, nesting, UTF-8: ccddp.crypto.wirejson); no torch.
+    from ccddp.crypto.wirejson import parse_json
 
     text = text.strip()
     if not text.startswith("["):
         if text not in ("rank", "node"):
-            raise ConfigError(f"--trust-domains must be rank, node or a JSON list of rank lists, got {text!r}")
+            raise ConfigError(f"--trust-domains must be rank, node or a JSON list of rank lists, got {text[:40]!r}")
         return text
     try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise ConfigError(f"--trust-domains {text!r} is not a JSON list of rank lists: {e}") from None
+        data = text.encode("utf-8", "surrogateescape")   # argv holds non-UTF-8 bytes as surrogates
+    except UnicodeEncodeError:
+        raise ConfigError("--trust-domains is not UTF-8 text") from None
+    value = parse_json(data, what="--trust-domains", max_bytes=1 << 16, max_depth=2)
     if not (isinstance(value, list) and value and all(isinstance(d, list) and d and all(
-            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in d) for d in value)):
-        raise ConfigError(f"--trust-domains {text!r} must be a list of non-empty lists of ranks, e.g. [[0,1],[2,3]]")
+            isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 31 for r in d) for d in value)):
+        raise ConfigError(f"--trust-domains {text[:60]!r} must be a list of non-empty lists of ranks (integers "
+                          "from 0), e.g. [[0,1],[2,3]]")
     return value
 
 

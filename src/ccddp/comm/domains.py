@@ -38,21 +38,33 @@ SETTINGS = ("rank", "node")
 
 def check_setting(value) -> str | tuple[tuple[int, ...], ...]:
     """The setting in canonical form (a name, or a tuple of tuples of ranks); raises
-    :class:`ConfigError` for anything else. Coverage of the group is checked by
-    :meth:`DomainMap.of`, which knows the group's size."""
+    :class:`ConfigError` for anything else. An explicit map is a list (or tuple) of
+    non-empty lists of integer ranks, each below 2**31: a string is not a list of its
+    characters (``["01"]`` is refused, not read as ``[[0, 1]]``), and a bool or a float
+    is not a rank. Coverage of the group is checked by :meth:`DomainMap.of`, which knows
+    the group's size."""
+    max_rank = 1 << 31          # ranks are C ints in torch
     if isinstance(value, str):
         if value not in SETTINGS:
             raise ConfigError(f"trust_domains must be one of {', '.join(SETTINGS)} or a list of rank lists, "
-                              f"got {value!r}")
+                              f"got {value[:40]!r}")
         return value
-    try:
-        domains = tuple(tuple(int(r) for r in d) for d in value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"trust_domains must be one of {', '.join(SETTINGS)} or a list of rank lists, "
-                          f"got {value!r}") from None
-    if any(isinstance(r, bool) for d in value for r in d):
-        raise ConfigError(f"trust_domains: ranks must be integers, got {value!r}")
-    return domains
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(f"trust_domains must be one of {', '.join(SETTINGS)} or a non-empty list of rank lists "
+                          f"such as [[0, 1], [2, 3]], got a {type(value).__name__}")
+    domains = []
+    for i, d in enumerate(value):
+        if not isinstance(d, (list, tuple)) or not d:
+            shown = repr(d)[:40] if isinstance(d, str) else f"a {type(d).__name__}"
+            raise ConfigError(f"trust_domains: domain {i} must be a non-empty list of ranks, got {shown}")
+        for r in d:
+            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < max_rank:
+                shown = f"a {type(r).__name__}" if not isinstance(r, int) or isinstance(r, bool) else \
+                    ("a negative number" if r < 0 else "a number too large")
+                raise ConfigError(f"trust_domains: domain {i} holds {shown}; ranks are integers from 0 to "
+                                  f"{max_rank - 1}")
+        domains.append(tuple(int(r) for r in d))
+    return tuple(domains)
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,26 @@
 """Settings of the secure collectives, validated once and compared across ranks.
 
+Every field is typed and bounded, however the settings arrive (``CommSettings(...)``,
+``pg_options``, ``CCDDP_SETTINGS`` through :func:`settings_from_json`): a violation is a
+:class:`~ccddp.errors.ConfigError` naming the field.
+
 Example::
 
     s = CommSettings(impl="secure", segment_bytes=1 << 20, chains=2)
     s.fingerprint()   # equal on every rank, or the group refuses to start
+    settings_from_json('{"trust_domains": [[0, 1], [2, 3]]}')
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from ccddp.chains import auto_chains
 from ccddp.comm.domains import check_setting
+from ccddp.config import INT_MAX, check_int, check_number
 from ccddp.crypto.channel import DEFAULT_ROTATE_AFTER, AeadEngine
 from ccddp.errors import ConfigError
 
@@ -26,6 +33,17 @@ TAGS = ("segment", "message")
 ALLGATHER_MODES = ("per-link", "group-key")
 PLACEMENTS = ("auto", "device", "staged")
 DEVICE_WIRES = ("auto", "nccl", "gloo")
+
+#: The environment variable :func:`settings_from_json` reads for the ccddp backend.
+SETTINGS_ENV = "CCDDP_SETTINGS"
+#: Bounds of the integer and number fields: (lowest, highest). A segment is one gloo
+#: message (its length is a C int); a wait longer than ~11 days is no timeout.
+INT_BOUNDS = {"segment_bytes": (1024, (1 << 31) - 1), "chains": (0, 1024), "rotate_after": (1, INT_MAX),
+              "pad_budget_bytes": (0, 1 << 40)}
+MAX_TIMEOUT_S = 1e6
+#: ``CCDDP_SETTINGS`` is a small JSON object: larger or deeper is not settings.
+MAX_SETTINGS_BYTES = 1 << 16
+MAX_SETTINGS_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,19 @@ class CommSettings:
     def __post_init__(self) -> None:
         # Canonical (hashable) form: a name, or a tuple of tuples of ranks.
         object.__setattr__(self, "trust_domains", check_setting(self.trust_domains))
+        # Types and bounds first, so the checks below compare values of the right kind, and
+        # nothing later overflows (a timeout of 1e400, a segment of 10**400 bytes).
+        for name, (low, high) in INT_BOUNDS.items():
+            value = getattr(self, name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                value = int(value)          # numpy integers too
+            object.__setattr__(self, name, check_int(value, field=name, low=low, high=high))
+        check_number(self.timeout_s, field="timeout_s", low=0, high=MAX_TIMEOUT_S)
+        if not isinstance(self.check_descriptors, bool):
+            raise ConfigError(f"check_descriptors must be true or false, got {type(self.check_descriptors).__name__}")
+        for name in ("impl", "algorithm", "tag", "allgather", "aead_engine", "placement", "device_wire"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a string, got {type(getattr(self, name)).__name__}")
         if self.impl not in IMPLS:
             raise ConfigError(f"impl must be one of {', '.join(IMPLS)}, got {self.impl!r}")
         if self.algorithm not in ALGORITHMS:
@@ -149,3 +180,47 @@ class CommSettings:
         for local in ("timeout_s", "chains", "aead_engine", "pad_budget_bytes", "placement", "trust_domains"):
             d.pop(local)
         return json.dumps(d, sort_keys=True)
+
+
+def settings_from_json(text: str, *, timeout_s: float | None = None, what: str = SETTINGS_ENV) -> CommSettings:
+    """The :class:`CommSettings` that the JSON object ``text`` asks for (defaults for an
+    empty text); its wait limit is ``timeout_s`` unless ``text`` names one itself.
+
+    ``text`` is typically an environment variable, set by whoever started the process: it
+    is bounded before it is parsed (64 KiB, 4 levels, UTF-8: an environment string holds
+    the bytes that were not UTF-8 as surrogates), must be an object whose keys are
+    ``CommSettings`` fields, and every field is typed and bounded. Every violation is one
+    :class:`ConfigError` that names ``what`` and the field.
+
+    Example::
+
+        settings_from_json(os.environ.get("CCDDP_SETTINGS", ""), timeout_s=1800)
+        settings_from_json('{"trust_domains": ["01"]}')
+        # ConfigError: CCDDP_SETTINGS: trust_domains: domain 0 must be a list of ranks, got '01'
+    """
+    from ccddp.crypto.wirejson import parse_json
+
+    text = (text or "").strip()
+    if not text:
+        fields_given: dict = {}
+    else:
+        try:
+            # Back to the bytes the environment held (os.environ decodes with surrogateescape).
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:
+            raise ConfigError(f"{what} is not UTF-8 text (character {e.start + 1})") from None
+        fields_given = parse_json(data, what=what, max_bytes=MAX_SETTINGS_BYTES, max_depth=MAX_SETTINGS_DEPTH)
+        if not isinstance(fields_given, dict):
+            raise ConfigError(f"{what} must be a JSON object of collective settings, e.g. "
+                              f'{{"trust_domains": "node"}}; got a {type(fields_given).__name__}')
+    known = [f.name for f in fields(CommSettings)]
+    unknown = sorted(set(fields_given) - set(known))
+    if unknown:
+        raise ConfigError(f"{what}: unknown setting {unknown[0][:40]!r}; the settings are {', '.join(known)}")
+    if timeout_s is not None:
+        fields_given.setdefault("timeout_s", timeout_s)
+    try:
+        return CommSettings(**fields_given)
+    except ConfigError as e:
+        raise ConfigError(f"{what}: {e}") from None
+

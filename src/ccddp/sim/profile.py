@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import math
 import textwrap
-import tomllib
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from ccddp.config import INT_MAX, INT_MIN, parse_toml, read_bounded
 from ccddp.errors import ConfigError
 
 
@@ -373,6 +373,9 @@ def _check_value(f: Field, value: Any) -> Any:
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where} must be a number ({f.unit}), got {value!r}")
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        # Before anything converts it to a float (OverflowError) or prints it.
+        raise ConfigError(f"{where} is an integer outside a 64-bit field")
     if math.isnan(value):
         raise ConfigError(f"{where} must be a number ({f.unit}), got nan")
     if value < 0:
@@ -482,7 +485,7 @@ def validate_profile(data: Mapping[str, Any], *, source: str = "<dict>") -> Hard
             if k not in WORKLOAD_KEYS:
                 raise ConfigError(f"{source}: unknown profile field '{key}'")
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 \
-                    or math.isinf(v):
+                    or (isinstance(v, int) and v > INT_MAX) or math.isinf(v):
                 raise ConfigError(f"{source}: profile field '{key}' must be a finite "
                                   f"non-negative number, got {v!r}")
         clean[wname] = {k: float(v) for k, v in over.items()}
@@ -509,20 +512,17 @@ def load_profile(name_or_path: str | Path) -> HardwareProfile:
     if path.suffix == ".toml" or path.exists() or "/" in text_name:
         if not path.is_file():
             raise ConfigError(f"profile file not found: {text_name}")
-        raw = path.read_text(encoding="utf-8")
+        raw = read_bounded(path, what=f"profile {text_name}")
         source = str(path)
     else:
         res = resources.files("ccddp.sim") / "profiles" / f"{text_name}.toml"
         if not res.is_file():
             raise ConfigError(f"unknown profile {text_name!r}; built-in: "
                               f"{', '.join(builtin_names())}, or give a path to a .toml file")
-        raw = res.read_text(encoding="utf-8")
+        raw = res.read_bytes()
         source = text_name
-    try:
-        data = tomllib.loads(raw)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{source}: not valid TOML: {e}") from None
-    return validate_profile(data, source=source)
+    # Size, UTF-8, nesting and integers checked before and after tomllib (ccddp.config).
+    return validate_profile(parse_toml(raw, what=source), source=source)
 
 
 def _toml_value(v: Any) -> str:
