@@ -71,6 +71,8 @@ STATIC_HOW = "--nnodes N --node-rank R --master-addr HOST --master-port PORT"
 
 
 def _refuse_usage(message: str):
+    if "required" in message:       # no script
+        raise ConfigError("usage: ccddp launch [torchrun options] SCRIPT [ARGS]")
     raise ConfigError(f"torchrun's options: {message}")
 
 
@@ -91,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         os.environ.update(saved)
     # A usage error is one line from ccddp (exit 2), not torchrun's usage text.
     parser.error = _refuse_usage  # type: ignore[method-assign]
+    parser.prog = "ccddp launch"
     return parser
 
 
