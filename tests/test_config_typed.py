@@ -241,3 +241,46 @@ def test_python_311_is_required_for_tomllib():
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=3.11"
+
+
+# --- JSON files ccddp reads: workload profiles, results ---------------------------------
+
+def _workload_profile(path):
+    from ccddp.sim.workload import load_workload_profile
+
+    return load_workload_profile(path)
+
+
+def _measured_runs(path):
+    from ccddp.runs import load_runs
+
+    return load_runs([str(path)])
+
+
+def _report_results(path):
+    from ccddp.report.results import load_results
+
+    return load_results(path)
+
+
+def _collective_results(path):
+    from ccddp.report.collective_runs import load_results
+
+    return load_results([path])
+
+
+LOADERS = {"workload profile": _workload_profile, "measured runs": _measured_runs,
+           "characterize results": _report_results, "collective results": _collective_results}
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize("content, reason", [
+    (("[" * 5000 + "]" * 5000).encode(), "nested deeper"),
+    ('{"schema": "x", "n": ' .encode() + HUGE.encode() + b"}", "integer of 401 digits"),
+    (b'{"schema": "caf\xe9"}', "not UTF-8"),
+], ids=["deep", "huge-int", "not-utf8"])
+def test_a_bad_json_file_is_one_config_error(tmp_path, loader, content, reason):
+    path = tmp_path / "results.json"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=reason):
+        LOADERS[loader](path)

@@ -29,7 +29,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "chains": set(),
     "stats": set(),
-    "runs": {"errors"},
+    "runs": {"errors", "config"},
     # Configuration read from files and the environment, bounded before it is parsed.
     "config": {"errors"},
     "crypto": {"errors"},

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
@@ -32,6 +33,9 @@ from ccddp.errors import ConfigError
 MAX_FILE_BYTES = 1 << 20
 #: Nesting deeper than this is refused before parsing (ccddp's own files nest 3 deep).
 MAX_DEPTH = 16
+#: ccddp's results files (``--json``, ``results.json``) are larger and nest deeper.
+MAX_RESULTS_BYTES = 256 << 20
+RESULTS_DEPTH = 64
 #: Every integer read from a configuration file fits a signed 64-bit field.
 INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -169,6 +173,50 @@ def read_toml(path, *, what: str, max_bytes: int = MAX_FILE_BYTES, max_depth: in
     """:func:`parse_toml` of the file ``path`` (read no further than ``max_bytes + 1``)."""
     return parse_toml(read_bounded(path, what=what, max_bytes=max_bytes), what=what, max_bytes=max_bytes,
                       max_depth=max_depth)
+
+
+def json_nesting(text: str, limit: int) -> int:
+    """How deep arrays and objects nest in the JSON ``text`` (brackets in strings do not
+    count), or ``limit + 1`` as soon as it is deeper than ``limit``. Linear; on text that
+    is not JSON it may overstate, never understate."""
+    depth = deepest = 0
+    i, n = 0, len(text)
+    while i < n:
+        m = _JSON_TOKEN.search(text, i)
+        if m is None:
+            break
+        tok, i = m.group(), m.end()
+        if tok == '"':
+            i = _STRING_REST['"'].match(text, i).end()
+        elif tok in "[{":
+            depth += 1
+            if depth > limit:
+                return limit + 1
+            deepest = max(deepest, depth)
+        else:
+            depth = max(0, depth - 1)
+    return deepest
+
+
+_JSON_TOKEN = re.compile(r'["\[\]{}]')
+
+
+def read_json(path, *, what: str, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH):
+    """The JSON value in the file ``path``, or :class:`ConfigError` naming ``what``: missing
+    or unreadable, larger than ``max_bytes``, not UTF-8, nested deeper than ``max_depth``
+    (checked before parsing), not JSON, or holding an integer outside a signed 64-bit
+    field. ``NaN`` and ``Infinity`` are accepted: Python's ``json.dumps`` writes them for
+    non-finite floats, and ccddp's own results hold some."""
+    text = decode_utf8(read_bounded(path, what=what, max_bytes=max_bytes), what=what)
+    if json_nesting(text, max_depth) > max_depth:
+        raise ConfigError(f"{what} is nested deeper than {max_depth} levels")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        # ValueError: not JSON, or an integer longer than int() converts.
+        raise ConfigError(f"{what}: not valid JSON: {str(e)[:120]}") from None
+    check_tree(value, what=what, max_depth=max_depth)
+    return value
 
 
 def check_int(value, *, field: str, low: int, high: int) -> int:

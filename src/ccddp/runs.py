@@ -19,6 +19,7 @@ import json
 import os
 from typing import Any, Iterable
 
+from ccddp.config import MAX_RESULTS_BYTES, RESULTS_DEPTH, read_json
 from ccddp.errors import ConfigError
 
 TRAIN_SCHEMA = "ccddp.train/1"
@@ -30,13 +31,10 @@ _NOT_SETTINGS = {"workload", "family", "size", "paper_batch_size", "num_params",
 
 
 def _read(path: str) -> list[dict]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"measured result not found: {path}") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not a readable JSON result ({e})") from None
+    if not os.path.exists(path):
+        raise ConfigError(f"measured result not found: {path}")
+    # Bounded and typed (size, UTF-8, nesting before parsing, integers): ccddp.config.
+    data = read_json(path, what=f"{path} (a JSON result)", max_bytes=MAX_RESULTS_BYTES, max_depth=RESULTS_DEPTH)
     if not isinstance(data, dict):
         return []
     schema = data.get("schema")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ccddp.bench.machine import LoadMeter, aes_gcm_rate, machine_info
 from ccddp.bench.options import variant_key
+from ccddp.config import MAX_RESULTS_BYTES, RESULTS_DEPTH, read_json
 from ccddp.errors import CCDDPError, ConfigError
 
 SCHEMA = "ccddp.characterize/1"
@@ -77,12 +78,12 @@ def load(path: str) -> dict | None:
     if not os.path.exists(path):
         return None
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path} is not valid JSON ({e}); move it away to start over") from None
-    if data.get("schema") != SCHEMA:
-        raise ConfigError(f"{path} has schema {data.get('schema')!r}, expected {SCHEMA!r}")
+        data = read_json(path, what=path, max_bytes=MAX_RESULTS_BYTES, max_depth=RESULTS_DEPTH)
+    except ConfigError as e:
+        raise ConfigError(f"{e}; move it away to start over") from None
+    schema = data.get("schema") if isinstance(data, dict) else f"none (a JSON {type(data).__name__})"
+    if schema != SCHEMA:
+        raise ConfigError(f"{path} has schema {schema!r}, expected {SCHEMA!r}")
     return data
 
 

@@ -61,16 +61,13 @@ def register(subparsers) -> None:
 
 
 def run_device_sweep(args: argparse.Namespace) -> int:
+    from ccddp.config import MAX_RESULTS_BYTES, RESULTS_DEPTH, read_json
     from ccddp.bench.calibrate_fit import device_profile
     from ccddp.sim.profile import load_profile, write_profile
 
     results = []
     for path in args.device_sweep:
-        try:
-            with open(path, encoding="utf-8") as f:
-                results.append(json.load(f))
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"cannot read {path}: {e}") from None
+        results.append(read_json(path, what=f"{path}", max_bytes=MAX_RESULTS_BYTES, max_depth=RESULTS_DEPTH))
     for path, r in zip(args.device_sweep, results):
         if not isinstance(r, dict) or "seal" not in (r.get("rows") or {}):
             raise ConfigError(f"{path} is not a `ccddp bench channel --device cuda --json` result")

@@ -15,12 +15,12 @@ Example::
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ccddp.config import MAX_RESULTS_BYTES, RESULTS_DEPTH, read_json
 from ccddp.errors import ConfigError
 
 SCHEMA = "ccddp.bench.collectives/1"
@@ -36,10 +36,7 @@ def load_results(paths: Iterable[str | Path]) -> list[dict]:
         files.extend(sorted(p.glob("*.json")) if p.is_dir() else [p])
     results = []
     for f in files:
-        try:
-            data = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"cannot read {f}: {e}") from None
+        data = read_json(f, what=str(f), max_bytes=MAX_RESULTS_BYTES, max_depth=RESULTS_DEPTH)
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise ConfigError(f"{f} is not a `ccddp bench collectives --json` result ({SCHEMA})")
         results.append(data)

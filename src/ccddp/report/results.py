@@ -19,12 +19,12 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ccddp.config import MAX_RESULTS_BYTES, RESULTS_DEPTH, read_json
 from ccddp.errors import ConfigError
 from ccddp.stats import Interval, median_interval, paired_ratio
 
@@ -67,13 +67,8 @@ def load_results(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
         where = str(path)
         if not path.is_file():
             raise ConfigError(f"{path} does not exist; run `ccddp characterize` to produce it")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: "
-                              f"{e.msg})") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+        # Bounded and typed (size, UTF-8, nesting before parsing, integers): ccddp.config.
+        data = read_json(path, what=str(path), max_bytes=MAX_RESULTS_BYTES, max_depth=RESULTS_DEPTH)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a JSON object with schema {SCHEMA!r}")
     schema = data.get("schema")

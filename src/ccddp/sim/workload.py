@@ -16,12 +16,12 @@ Example::
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ccddp.config import read_json
 from ccddp.errors import ConfigError
 
 MIB = 1 << 20
@@ -213,12 +213,10 @@ def workload_from_dict(d: Mapping[str, Any], *, source: str = "<dict>") -> Workl
 def load_workload_profile(path: str | Path) -> WorkloadProfile:
     """Read a workload profile JSON file (e.g. written from a measured run)."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"workload profile not found: {p}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{p}: not valid JSON: {e}") from None
+    if not p.is_file():
+        raise ConfigError(f"workload profile not found: {p}")
+    # Bounded and typed (size, UTF-8, nesting before parsing, integers): ccddp.config.
+    data = read_json(p, what=str(p))
     return workload_from_dict(data, source=str(p))
 
 
