@@ -284,3 +284,12 @@ def test_a_bad_json_file_is_one_config_error(tmp_path, loader, content, reason):
     path.write_bytes(content)
     with pytest.raises(ConfigError, match=reason):
         LOADERS[loader](path)
+
+
+def test_an_oversize_identity_file_is_refused_before_it_is_read_whole(tmp_path):
+    from ccddp.crypto.establish import Identity
+
+    path = tmp_path / "rank0.pem"
+    path.write_bytes(b"-----BEGIN PRIVATE KEY-----\n" + b"A" * (1 << 20))
+    with pytest.raises(ConfigError, match="identity key file .* larger than"):
+        Identity.from_file(path)

@@ -32,7 +32,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "runs": {"errors", "config"},
     # Configuration read from files and the environment, bounded before it is parsed.
     "config": {"errors"},
-    "crypto": {"errors"},
+    "crypto": {"errors", "config"},
     "comm": {"crypto", "errors", "chains", "config"},
     "backend": {"comm", "crypto", "errors", "chains", "config"},
     "workloads": {"errors"},

@@ -59,6 +59,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from ccddp.config import read_bounded
 from ccddp.crypto.keys import KEY_BYTES, SESSION_ID_BYTES, GroupSecret, _hkdf, derive_link_key
 from ccddp.crypto.wirejson import parse_json
 from ccddp.errors import CCDDPError, ConfigError, one_line
@@ -72,6 +73,8 @@ _BODY = struct.Struct(">12sII32s32s32s16s")  # magic, rank, world, context, x255
 _SIG_BYTES = 64
 _MAX_EVIDENCE = 1 << 20
 # ~130 bytes an identity: room for half a million.
+# An Ed25519 private key in PEM is under 200 bytes; anything far larger is not one.
+_MAX_IDENTITY_BYTES = 1 << 16
 _MAX_ALLOWLIST_BYTES = 1 << 26
 _CONFIRM_BYTES = 16
 _WRAPPED_BYTES = KEY_BYTES + 16
@@ -122,8 +125,10 @@ class Identity:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"identity key file {p} does not exist (create it with `ccddp keygen`)")
+        # The path may come from the environment (CCDDP_IDENTITY): read no more than a key's size.
+        data = read_bounded(p, what=f"identity key file {p}", max_bytes=_MAX_IDENTITY_BYTES)
         try:
-            key = serialization.load_pem_private_key(p.read_bytes(), password=None)
+            key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"identity key file {p} is not a PEM private key: {e}") from None
         if not isinstance(key, Ed25519PrivateKey):
