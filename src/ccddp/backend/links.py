@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 from ccddp.backend.local_links import LocalEndpoint, LocalLinkSet
 from ccddp.comm.control import gather_sealed
-from ccddp.comm.domains import DomainMap, candidates, from_proofs, node_key
+from ccddp.comm.domains import DomainMap, candidates, check_setting, from_proofs, node_key
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.hierarchy import DomainLinks
 from ccddp.comm.ordered import NcclWire
@@ -152,10 +152,11 @@ def device_wire(store, rank: int, size: int, settings: CommSettings,
     return NcclWire.open(dist.PrefixStore("nccl-wire/", _base(store)), rank, size, settings.timeout_s)
 
 
-def prove_domains(group: SecureGroup) -> tuple[DomainMap, LocalEndpoint | None]:
+def prove_domains(group: SecureGroup, setting=None) -> tuple[DomainMap, LocalEndpoint | None]:
     """The trust-domain map of ``group`` (collective: every rank calls it once the group's
-    session exists), and this rank's local endpoint holding the proven links to its
-    domain's ranks (None where every rank is its own domain).
+    session exists) for ``setting`` (default: the group's ``trust_domains``), and this
+    rank's local endpoint holding the proven links to its domain's ranks (None where every
+    rank is its own domain).
 
     Each rank listens on its session-named AF_UNIX socket; once every rank listens (a
     sealed exchange, so the host cannot announce a rank early), it reaches the ranks it
@@ -163,7 +164,7 @@ def prove_domains(group: SecureGroup) -> tuple[DomainMap, LocalEndpoint | None]:
     round sealed and :func:`ccddp.comm.domains.from_proofs` turns them into the map, the
     same on every rank. An explicit map whose pairs did not all prove themselves is a
     :class:`ConfigError` on every rank; ``"node"`` splits what was not proven, warning."""
-    setting = group.settings.trust_domains
+    setting = check_setting(group.settings.trust_domains if setting is None else setting)
     if setting == "rank" or group.world_size == 1:
         return DomainMap.singletons(group.world_size), None
     key = derive_purpose_key(group.secret, group.session_id, "local-link")
