@@ -27,11 +27,13 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -51,6 +53,9 @@ from ccddp.errors import ConfigError, PeerTimeoutError, one_line
 
 # Seconds past the timeout before a gloo setup that has not returned is given up on.
 _CONNECT_MARGIN_S = 2.0
+# gloo's connect, left waiting by the host's addresses, ends by itself after about five
+# times its timeout (measured on torch 2.13: 10 s at 2 s, 15 s at 3 s).
+_GLOO_GIVES_UP = 6
 
 
 def _attempt() -> str:
@@ -89,9 +94,30 @@ def _connect(store, name: str, rank: int, size: int, timeout: timedelta) -> dist
     worker.join(timeout.total_seconds() + _CONNECT_MARGIN_S)
     if "pg" in made:
         return made["pg"]
+    if worker.is_alive():
+        _abandoned(worker, timeout)
     why = one_line(str(made["error"])) if "error" in made else "no connection was made: the addresses the store holds lead nowhere"
     raise PeerTimeoutError(f"rank {rank}: cannot connect the group's {name} links to its peers within "
                            f"{timeout.total_seconds():.0f}s ({why})")
+
+
+_ABANDONED: list[tuple[threading.Thread, float]] = []
+
+
+def _abandoned(worker: threading.Thread, timeout: timedelta) -> None:
+    """Remember a gloo setup this rank stopped waiting for. gloo gives up by itself after
+    a few times its timeout (its connect retries); if that happens while the interpreter
+    is shutting down, the thread is killed inside C++ and the process aborts. So the exit
+    waits for such threads, bounded: one that never returns never takes the GIL again and
+    cannot abort anything."""
+    if not _ABANDONED:
+        atexit.register(_settle_abandoned)
+    _ABANDONED.append((worker, time.monotonic() + _GLOO_GIVES_UP * timeout.total_seconds() + _CONNECT_MARGIN_S))
+
+
+def _settle_abandoned() -> None:
+    for worker, until in _ABANDONED:
+        worker.join(max(0.0, until - time.monotonic()))
 
 
 def internal_links(store, rank: int, size: int, timeout: timedelta) -> tuple[dist.ProcessGroup, ...]:

@@ -133,17 +133,23 @@ class LocalEndpoint:
                 conn, _ = self._server.accept()
             except OSError:
                 return                                  # closed
-            try:
-                peer = self._answer(conn)
-            except (OSError, ConnectionError, ValueError):
-                conn.close()                            # not a member of this session: dropped
-                continue
-            with self._lock:
-                old = self.inbound.pop(peer, None)
-                self.inbound[peer] = conn
-                self._lock.notify_all()
-            if old is not None:
-                old.close()
+            # Each handshake on a thread of its own: a connection that never speaks waits
+            # out its own timeout without holding up the peers behind it.
+            threading.Thread(target=self._admit, args=(conn,), name=f"ccddp-local-admit-{self.rank}",
+                             daemon=True).start()
+
+    def _admit(self, conn: socket.socket) -> None:
+        try:
+            peer = self._answer(conn)
+        except (OSError, ConnectionError, ValueError, struct.error):
+            conn.close()                                # not a member of this session: dropped
+            return
+        with self._lock:
+            old = self.inbound.pop(peer, None)
+            self.inbound[peer] = conn
+            self._lock.notify_all()
+        if old is not None:
+            old.close()
 
     def _answer(self, conn: socket.socket) -> int:
         conn.settimeout(self.timeout_s)
