@@ -304,14 +304,15 @@ class Wire:
         self.control = self.path.with_suffix(".faults.json")
         self.stats: dict = {}
 
-    def faults(self, *, partition: bool = False, loss: float = 0.0, delay_ms: float = 0.0, jitter_ms: float = 0.0,
-               reorder: float = 0.0, settle: float = 0.3) -> None:
+    def faults(self, *, partition: bool = False, partition_after: int | None = None, loss: float = 0.0,
+               delay_ms: float = 0.0, jitter_ms: float = 0.0, reorder: float = 0.0, settle: float = 0.3) -> None:
         """From now on (after ``settle`` seconds, the forwarder's poll), do this to every
-        frame between the hosts: drop all (``partition``), drop each with probability
-        ``loss``, hold each ``delay_ms`` +- ``jitter_ms`` except a ``reorder`` fraction sent
-        at once (which therefore overtakes the frames held before it)."""
-        spec = {"partition": partition, "loss": loss, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
-                "reorder": reorder}
+        frame between the hosts: drop all (``partition``), or all once ``partition_after``
+        more frames went through; drop each with probability ``loss``; hold each
+        ``delay_ms`` +- ``jitter_ms`` except a ``reorder`` fraction sent at once (which
+        therefore overtakes the frames held before it)."""
+        spec = {"partition": partition, "partition_after": partition_after, "loss": loss, "delay_ms": delay_ms,
+                "jitter_ms": jitter_ms, "reorder": reorder}
         tmp = self.control.with_suffix(".tmp")
         tmp.write_text(json.dumps(spec))
         os.replace(tmp, self.control)
@@ -396,8 +397,11 @@ def _wire(path: str, control: str, mac_a: str, mac_b: str) -> None:
     """The wire between hostA and hostB, as hostH runs it: frames the hosts address to their
     gateway's MAC (``FAKE_A`` / ``FAKE_B``, which no interface owns, so hostH's kernel
     drops them unseen) are forwarded to the other host, under the faults that ``control``
-    (a JSON file, re-read when it changes) asks for: ``partition``, ``loss`` (probability),
-    ``delay_ms``, ``jitter_ms``, ``reorder`` (probability that a frame skips the delay).
+    (a JSON file, re-read when it changes) asks for: ``partition`` (now) or
+    ``partition_after`` (once that many more frames were forwarded: a cut in the middle of
+    whatever is under way), ``loss`` (probability), ``delay_ms``, ``jitter_ms``, ``reorder``
+    (probability that a frame skips the delay). The stats say when it cut (``cut_at``,
+    CLOCK_MONOTONIC, which every namespace shares).
     Every frame seen on hostH's two interfaces -- forwarded or hostH's own -- is appended
     to ``path`` (length-prefixed). Runs until SIGTERM; then prints its counts as JSON."""
     import heapq
@@ -421,6 +425,7 @@ def _wire(path: str, control: str, mac_a: str, mac_b: str) -> None:
     queue: list = []
     seq = 0
     counts = {"frames": 0, "forwarded": 0, "dropped": 0, "send_errors": 0}
+    forwarded_at_spec, cut_at = 0, None
     rng = random.Random()
     import select
 
@@ -439,6 +444,9 @@ def _wire(path: str, control: str, mac_a: str, mac_b: str) -> None:
                     seen_mtime = m
                     with contextlib.suppress(FileNotFoundError, ValueError):
                         faults = json.loads(Path(control).read_text() or "{}")
+                        forwarded_at_spec, cut_at = counts["forwarded"], None
+                        if faults.get("partition"):
+                            cut_at = time.monotonic()
                     rec.flush()
             wait = 0.05 if not queue else max(0.0, min(0.05, queue[0][0] - now))
             ready, _, _ = select.select(list(socks.values()), [], [], wait)
@@ -454,7 +462,10 @@ def _wire(path: str, control: str, mac_a: str, mac_b: str) -> None:
                     rec.write(struct.pack("<I", len(frame)) + frame)
                     if addr[2] == socket.PACKET_OUTGOING or frame[:6] != fake[dev] or frame[12:14] != b"\x08\x00":
                         continue
-                    if faults.get("partition") or rng.random() < float(faults.get("loss", 0)):
+                    after = faults.get("partition_after")
+                    if after is not None and not cut_at and counts["forwarded"] - forwarded_at_spec >= int(after):
+                        cut_at = time.monotonic()
+                    if faults.get("partition") or cut_at or rng.random() < float(faults.get("loss", 0)):
                         counts["dropped"] += 1
                         continue
                     out = other[dev]
@@ -477,7 +488,7 @@ def _wire(path: str, control: str, mac_a: str, mac_b: str) -> None:
     drops = 0
     for s in socks.values():
         drops += struct.unpack("II", s.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))[1]
-    print(json.dumps({**counts, "kernel_drops": drops}), flush=True)
+    print(json.dumps({**counts, "kernel_drops": drops, "cut_at": cut_at}), flush=True)
 
 
 def _host(out: str) -> None:

@@ -238,21 +238,23 @@ def _until_ready(procs, readers, limit: float) -> None:
 
 
 def test_partition_during_all_reduces_gives_every_rank_a_typed_error_within_the_timeout(tmp_path):
-    """After a first exact all-reduce, hostH stops forwarding (100% loss both ways) while the
-    ranks keep all-reducing: each rank must stop with a typed ccddp error (not hang, not a
-    bare RuntimeError) within ``timeout_s`` of the cut, plus a margin."""
-    margin = 20                              # a busy two-core machine, and one op in flight
+    """After a first exact all-reduce the ranks keep all-reducing, and hostH cuts the wire in
+    the middle of one (it forwards 40 more frames, then nothing either way): each rank
+    must stop with a typed ccddp error (not hang, not a bare RuntimeError) within
+    ``timeout_s`` of the cut, plus a margin."""
+    margin = 20                              # a busy two-core machine
     patterns = _patterns()
     with nu.hosts() as h, h.serve_store(tmp_path), h.wire(tmp_path / "wire.bin") as wire:
         procs = _launch(h, tmp_path, "loop", patterns)
         readers = [_Reader(p) for p in procs]
         _until_ready(procs, readers, PROC_LIMIT)
-        wire.partition()
-        cut = time.monotonic()
+        wire.faults(partition_after=40)
         (tmp_path / "go").touch()
-        results = [r.result(TIMEOUT_S + margin + 30) for r in readers]
+        results = [r.result(TIMEOUT_S + margin + 60) for r in readers]
         ended = [r.ended_at for r in readers]
-    print("partition:", [(_short(r), e and round(e - cut, 1)) for r, e in zip(results, ended)])
+    cut = wire.stats.get("cut_at")
+    print("partition:", [(_short(r), e and cut and round(e - cut, 1)) for r, e in zip(results, ended)], wire.stats)
+    assert cut is not None, f"the wire never cut: {wire.stats}"
     for rank, (res, end) in enumerate(zip(results, ended)):
         assert res.get("error_type") in TYPED, (rank, _short(res))
         assert res.get("failed_in") == "all_reduce" and res.get("ops", 0) >= 1, (rank, _short(res))
