@@ -69,7 +69,7 @@ def why_not() -> str | None:
         return "network namespaces need Linux"
     if os.geteuid() != 0:
         return "network namespaces need root (ip netns add)"
-    for tool in ("ip", "tc", "unshare"):
+    for tool in ("ip", "unshare"):
         if shutil.which(tool) is None:
             return f"{tool} (iproute2 / util-linux) is not installed"
     return None
@@ -172,18 +172,23 @@ import socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); print("ready", flush=True)
 c, _ = s.accept()
-while c.recv(65536): pass
+n = 0
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    n += len(b)
+c.sendall(str(n).encode()); c.close()
 """
 
 _SEND = """
 import socket, sys
+data = bytes.fromhex(sys.argv[3])
 c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
-c.sendall(bytes.fromhex(sys.argv[3])); c.close()
+c.sendall(data); c.shutdown(socket.SHUT_WR)
+got = c.recv(64)
+assert int(got) == len(data), (got, len(data))     # all of it crossed the wire
 """
-
-
-def _ip_tc(ns: str, args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", "netns", "exec", ns, "tc", *args], capture_output=True, text=True, timeout=30)
 
 
 def _wait_line(proc: subprocess.Popen, want: str, timeout: float) -> None:
@@ -217,8 +222,9 @@ def _stop(proc: subprocess.Popen, grace: float = 10) -> None:
 
 @contextlib.contextmanager
 def hosts():
-    """Three fresh namespaces (hostA, hostB, hostH routing between them), removed on
-    exit; skips the calling test with the reason where they cannot be made."""
+    """Three fresh namespaces (hostA, hostB, and hostH between them), removed on exit with
+    every process started in them; skips the calling test with the reason where they
+    cannot be made."""
     import pytest
 
     reason = why_not()
@@ -229,6 +235,7 @@ def hosts():
     names = {h: f"host{h.lower()}-{tag}" for h in ("A", "B", "H")}
     made: list[str] = []
     etc: list[Path] = []
+    made_etc = False
     try:
         for h in ("A", "B", "H"):
             done = _ip("netns", "add", ns[h], check=False)
@@ -265,11 +272,14 @@ def hosts():
                 pytest.skip(f"cannot turn off offloads on the test hosts: {off.stderr.strip()[-500:]}")
         # Each host's name resolves inside it (ip netns exec mounts /etc/netns/<ns>/hosts
         # over /etc/hosts), so nothing waits on a DNS server the namespaces cannot reach.
+        etc_netns = Path("/etc/netns")
+        made_etc = not etc_netns.exists()
         for h, ip in (("A", A_IP), ("B", B_IP), ("H", HA_IP)):
-            d = Path("/etc/netns") / ns[h]
-            d.mkdir(parents=True, exist_ok=True)
-            etc.append(d)
-            (d / "hosts").write_text(f"127.0.0.1 localhost\n{ip} {names[h]}\n")
+            d = etc_netns / ns[h]
+            with contextlib.suppress(OSError):      # a read-only /etc: names just do not resolve
+                d.mkdir(parents=True, exist_ok=True)
+                etc.append(d)
+                (d / "hosts").write_text(f"127.0.0.1 localhost\n{ip} {names[h]}\n")
         box = Hosts(tag, ns, names, mac)
         try:
             yield box
@@ -281,8 +291,9 @@ def hosts():
             _ip("netns", "del", n, check=False)
         for d in etc:
             shutil.rmtree(d, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            Path("/etc/netns").rmdir()          # only if no one else uses it
+        if etc and made_etc:
+            with contextlib.suppress(OSError):
+                Path("/etc/netns").rmdir()      # ours, and only if no one else uses it now
 
 
 # -- searching what the host saw -------------------------------------------------------
@@ -377,7 +388,6 @@ def _no_offload(dev: str) -> None:
     binary needed): every frame leaves whole, at most one MTU, with its checksums, so the
     host in the middle can forward it as it is."""
     import array
-    import ctypes
     import fcntl
 
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -390,7 +400,6 @@ def _no_offload(dev: str) -> None:
         except OSError as e:
             if cmd != 0x2C:                          # GRO may be fixed off
                 raise SystemExit(f"ethtool {cmd:#x} on {dev}: {e}")
-    del ctypes
 
 
 def _wire(path: str, control: str, mac_a: str, mac_b: str) -> None:
