@@ -113,15 +113,15 @@ class _Reader:
     def ready(self) -> bool:
         return any('"ready": true' in line for line in self.lines)
 
-    def result(self, limit: float) -> dict:
-        """The rank's result line; a rank still running after ``limit`` seconds is killed
-        and reported as hung."""
-        self._t.join(limit)
+    def result(self, deadline: float) -> dict:
+        """The rank's result line; a rank still running at ``deadline`` (``time.monotonic``)
+        is killed and reported as hung."""
+        self._t.join(max(0.0, deadline - time.monotonic()))
         if self._t.is_alive():
             self.proc.kill()
             self._t.join(10)
             self._e.join(10)
-            return {"error_type": "Hung", "error": f"still running after {limit:.0f}s", "stderr": self.err[-1500:]}
+            return {"error_type": "Hung", "error": "still running at the test's deadline", "stderr": self.err[-1500:]}
         self._e.join(10)
         for line in reversed(self.lines):
             if line.startswith("{") and '"ready"' not in line:
@@ -131,7 +131,8 @@ class _Reader:
 
 def _results(procs, limit: float = PROC_LIMIT) -> list[dict]:
     readers = [_Reader(p) for p in procs]
-    return [r.result(limit) for r in readers]
+    deadline = time.monotonic() + limit
+    return [r.result(deadline) for r in readers]
 
 
 def _short(res: dict) -> dict:
@@ -163,7 +164,8 @@ def test_two_hosts_node_domains_keep_plaintext_inside_each_host_also_under_delay
             _until_ready(procs, readers, PROC_LIMIT)
             wire.faults(delay_ms=20, jitter_ms=10, reorder=0.25, loss=0.01)
             (tmp_path / "go").touch()
-            results = [r.result(PROC_LIMIT) for r in readers]
+            deadline = time.monotonic() + PROC_LIMIT
+            results = [r.result(deadline) for r in readers]
     print("node:", [_short(r) for r in results], wire.stats)
     for rank, res in enumerate(results):
         assert res.get("ok") is True and res.get("ops") == ops + 1, (rank, _short(res))
@@ -250,7 +252,8 @@ def test_partition_during_all_reduces_gives_every_rank_a_typed_error_within_the_
         _until_ready(procs, readers, PROC_LIMIT)
         wire.faults(partition_after=40)
         (tmp_path / "go").touch()
-        results = [r.result(TIMEOUT_S + margin + 60) for r in readers]
+        deadline = time.monotonic() + TIMEOUT_S + margin + 60
+        results = [r.result(deadline) for r in readers]
         ended = [r.ended_at for r in readers]
     cut = wire.stats.get("cut_at")
     print("partition:", [(_short(r), e and cut and round(e - cut, 1)) for r, e in zip(results, ended)], wire.stats)
