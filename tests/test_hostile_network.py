@@ -15,11 +15,13 @@ are one of a few hundred probes, searched for in everything hostH saw.
 - issue 37, findings 1 and 2: the host rewrites every gloo address the ranks read from the
   store to its relay (below the reader's own address, so both ends of a link connect out
   to the relay, which splices them), and, in a second variant, also makes every rank
-  report one node. Every rank must end either with correct results in a domain that does
-  not span hosts, or with a typed ccddp error; and no probe may appear in what hostH
-  forwarded or relayed. (On 73afd36 both variants fail: the domains' plaintext up/down
-  links run through the relay, and with one node all four ranks form one plaintext
-  domain across the hosts);
+  report one node, and in a third, the ranks claim one explicit domain of all four.
+  Every rank must end either with correct results in a domain that does not span hosts,
+  or with a typed ccddp error (for the explicit map: a ConfigError naming a rank of the
+  other host); and no probe may appear in what hostH forwarded or relayed. (On 73afd36
+  all three fail: the domains' plaintext up/down links run through the relay, and with
+  one node or the explicit map all four ranks form one plaintext domain across the
+  hosts);
 - faults: a partition during all-reduces ends every rank with a typed ccddp error within
   ``timeout_s`` (plus a margin for a busy machine).
 
@@ -71,20 +73,20 @@ def _probes(patterns) -> list[bytes]:
     return out
 
 
-def _env(tmp: Path, host: str, **extra) -> dict:
-    settings = {"trust_domains": "node", "timeout_s": TIMEOUT_S}
+def _env(tmp: Path, host: str, domains="node", **extra) -> dict:
+    settings = {"trust_domains": domains, "timeout_s": TIMEOUT_S}
     return nu.child_env(CCDDP_SETTINGS=json.dumps(settings),
                         GLOO_SOCKET_IFNAME="eth0", GROUP_RANK="0" if host == "A" else "1",
                         CCDDP_TEST_GO=str(tmp / "go"), **extra)
 
 
-def _launch(h: nu.Hosts, tmp: Path, mode: str, patterns) -> list[subprocess.Popen]:
+def _launch(h: nu.Hosts, tmp: Path, mode: str, patterns, domains="node") -> list[subprocess.Popen]:
     secret = os.urandom(32).hex()                       # one secret for the job, drawn per run
     procs = []
     for rank in range(4):
         host = HOST_OF[rank]
         via = nu.HA_IP if host == "A" else nu.HB_IP    # hostH, as this host reaches it
-        env = dict(_env(tmp, host), CCDDP_GROUP_SECRET=secret)
+        env = dict(_env(tmp, host, domains), CCDDP_GROUP_SECRET=secret)
         procs.append(h.popen(host, [sys.executable, str(nu.HERE / "hostile_network_main.py"), str(rank), via, via,
                                     mode, json.dumps(patterns)], env=env))
     return procs
@@ -181,15 +183,22 @@ def test_two_hosts_node_domains_keep_plaintext_inside_each_host_also_under_delay
     assert not leaked, f"{len(leaked)} plaintext probes in frames hostH saw"
 
 
-@pytest.mark.parametrize("mode", ["relay", "attack"], ids=["rewritten-addresses", "one-node-and-rewritten-addresses"])
-def test_host_that_relays_the_links_and_joins_the_hosts_learns_nothing(tmp_path, mode):
+ATTACKS = [("relay", "node"), ("attack", "node"), ("relay", [[0, 1, 2, 3]])]
+
+
+@pytest.mark.parametrize("mode,domains", ATTACKS,
+                         ids=["rewritten-addresses", "one-node-and-rewritten-addresses", "explicit-map-across-hosts"])
+def test_host_that_relays_the_links_and_joins_the_hosts_learns_nothing(tmp_path, mode, domains):
     """Issue 37, findings 1 and 2. ``rewritten-addresses``: the host rewrites every gloo
     address a rank reads from the store to its relay on hostH -- below the reader's own
     address, so both ends of each link connect out to the relay, which splices them and
     records both directions (a listener bound to loopback does not stop the reader from
     connecting out). ``one-node-and-rewritten-addresses``: also, every rank is told it runs
     on the one node (host name and GROUP_RANK, what ``"node"`` learns in the clear), so
-    all four would form one plaintext domain across the hosts.
+    all four would form one plaintext domain across the hosts. ``explicit-map-across-hosts``:
+    the ranks themselves claim one domain of all four (``[[0, 1, 2, 3]]``), which ranks on
+    two hosts cannot prove, under the same rewrites: every rank must refuse with a
+    ``ConfigError`` that names a rank of the other host.
 
     Every rank must end either with exact sums in a domain within its own host, or with a
     typed ccddp error; the host must have rewritten addresses (the attack happened) and,
@@ -199,7 +208,7 @@ def test_host_that_relays_the_links_and_joins_the_hosts_learns_nothing(tmp_path,
     with nu.hosts() as h:
         assert h.check_wire(tmp_path / "control.bin"), "the wire did not carry or record a marker sent A -> B"
         with h.serve_store(tmp_path) as relay, h.wire(tmp_path / "wire.bin") as wire:
-            results = _results(_launch(h, tmp_path, mode, patterns))
+            results = _results(_launch(h, tmp_path, mode, patterns, domains))
     summary = [_short(r) for r in results]
     print(f"{mode}:", summary, relay.forwarded(), wire.stats)
     rewrites = [w for r in results for w in r.get("rewrites") or []]
@@ -222,6 +231,12 @@ def test_host_that_relays_the_links_and_joins_the_hosts_learns_nothing(tmp_path,
                 problems.append(f"rank {rank} ran with exact sums in a plaintext domain across hosts: {res['domains']}")
         elif res.get("error_type") not in TYPED:
             problems.append(f"rank {rank} ended with {res.get('error_type')}: {res.get('error')}")
+    if domains != "node":
+        for rank, res in enumerate(results):
+            others = "23" if HOST_OF[rank] == "A" else "01"
+            if res.get("error_type") != "ConfigError" or not any(c in (res.get("error") or "") for c in others):
+                problems.append(f"rank {rank} should refuse the map {domains} with a ConfigError naming a rank of "
+                                f"the other host; it ended with {res.get('error_type')}: {res.get('error')}")
     if all(r.get("ok") is True for r in results) and relay.forwarded() == 0:
         problems.append("the job ran but nothing went through the relay: the rewrites were not in effect")
     assert not problems, "\n".join(problems + [f"ranks: {summary}"])
