@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from _gcm_vectors import gcm_vectors
 from ccddp.crypto.device import DeviceAESGCM, Segment, interpreting, pad_bytes
 from ccddp.crypto.device.engine import TILE_BLOCKS_INTERPRETED
+from dist_util import child_env
 
 DEVICES = [
     pytest.param("cpu", marks=pytest.mark.skipif(
@@ -237,7 +238,7 @@ def test_pads_give_the_same_frames(device):
 # -- without Triton, and CPU tensors in a compiled process ------------------------------------
 def _run_python(code: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+                          env=child_env(env), timeout=120)
 
 
 def test_without_triton_host_channels_work_and_the_engine_says_what_to_install():
@@ -255,7 +256,7 @@ def test_without_triton_host_channels_work_and_the_engine_says_what_to_install()
             LinkChannel(bytes(32), 1, "a", aead_engine="triton").seal(b"hello", bytearray(21), b"")
         except ConfigError as e:
             print("ERROR:", e)
-    """, {"PYTHONPATH": os.pathsep.join(sys.path)})
+    """, {})
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip()
     assert line.startswith("ERROR:") and "pip install 'ccddp[gpu]'" in line and "\n" not in line
@@ -271,7 +272,7 @@ def test_cpu_tensors_in_a_compiled_process_get_a_one_line_error():
                                                  torch.empty(20, dtype=torch.uint8))
         except ConfigError as e:
             print("ERROR:", e)
-    """, {"PYTHONPATH": os.pathsep.join(sys.path), "TRITON_INTERPRET": "0"})
+    """, {"TRITON_INTERPRET": "0"})
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip()
     assert line.startswith("ERROR:") and "TRITON_INTERPRET=1" in line and "\n" not in line
