@@ -230,7 +230,8 @@ else
     record kernels skipped "" 0 "" "not selected (--only $ONLY)" ""
 fi
 
-# -- tests: the CUDA cases (ids ending in -cuda / [cuda]; without a GPU they skip) --------
+# -- tests: the CUDA cases (ids naming cuda, and the pads' two-stream case; without a GPU
+# they skip) ----------------------------------------------------------------------------
 # Every file with CUDA cases that this tree has (some arrive with other branches).
 test_files=()
 for f in tests/test_device_aead.py tests/test_device_channel.py tests/test_backend_device.py \
@@ -245,7 +246,9 @@ for id in tests/test_calibrate.py::test_calibrate_device_cuda_measures_the_engin
 done
 if selected tests; then
     # shellcheck disable=SC2086  # extra pytest arguments are words on purpose
-    run_step tests "$PY" -m pytest -q -p no:cacheprovider -k cuda --timeout 60 --durations=20 \
+    # "two_streams": test_pads.py's GPU case (seal and refill on two CUDA streams) has no
+    # "cuda" in its name.
+    run_step tests "$PY" -m pytest -q -p no:cacheprovider -k "cuda or two_streams" --timeout 60 --durations=20 \
         --junitxml "$OUT/tests.xml" ${deselect[@]+"${deselect[@]}"} ${CCDDP_GPU_CHECK_PYTEST_ARGS:-} "${test_files[@]}"
 else
     record tests skipped "" 0 "" "not selected (--only $ONLY)" ""

@@ -95,7 +95,7 @@ def test_dry_run_runs_every_step_and_records_it(tmp_path):
         if s["status"] == "ok":       # its cap from the plan (the budget held every one here)
             assert s["rc"] == 0 and s["command"] and s["timeout_s"] == tools.step_plan(name)[1], s
     assert steps["tests"]["command"].split()[1:4] == ["-m", "pytest", "-q"]
-    assert "-k cuda" in steps["tests"]["command"] and f"--junitxml {out / 'tests.xml'}" in steps["tests"]["command"]
+    assert "-k cuda or two_streams " in steps["tests"]["command"] and f"--junitxml {out / 'tests.xml'}" in steps["tests"]["command"]
     assert "--timeout 60 --durations=20" in steps["tests"]["command"]
     # Run once, by their own steps: not in the tests step too.
     assert "--deselect tests/test_calibrate.py::test_calibrate_device_cuda_measures" in steps["tests"]["command"]
@@ -134,6 +134,9 @@ def test_dry_run_runs_every_step_and_records_it(tmp_path):
 
     suite = ET.parse(out / "tests.xml").getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    names = {c.get("name") for c in suite.iter("testcase")}
+    assert "test_seal_and_refill_on_two_streams_give_openssl_frames" in names       # a GPU case without "cuda"
+    assert "test_calibrate_device_cuda_measures_the_engine_and_the_staging" not in names     # the calibrate step's
     assert int(suite.get("tests")) > 200 and int(suite.get("failures")) == int(suite.get("errors")) == 0
     if not torch.cuda.is_available():       # all but the commands' own checks of a missing GPU
         assert int(suite.get("tests")) - int(suite.get("skipped")) <= 3
@@ -278,3 +281,42 @@ def test_the_wheel_folder_installs_for_the_gpu_python(tmp_path, monkeypatch):
     monkeypatch.setenv("CCDDP_GCM_VECTORS", str(WHEELS / "gcm-vectors"))
     assert len({v.shape for v in gcm_vectors("gcmEncryptExtIV256.rsp")}) == 175
     assert any(v.pt is None for v in gcm_vectors("gcmDecrypt256.rsp"))
+
+
+# -- the image-version rehearsal (scripts/gpu_check_image.sh) ---------------------------------
+IMAGE_SCRIPT = ROOT / "scripts" / "gpu_check_image.sh"
+
+
+def test_the_image_rehearsal_refuses_a_venv_with_cryptography_installed(tmp_path):
+    """The rehearsal is only worth its time if cryptography comes from the wheel folder
+    alone: a venv of the image's versions that has it installed is refused (exit 2, one
+    line) before anything runs. (A stand-in interpreter answers as such a venv would.)"""
+    fake = tmp_path / "venv" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/usr/bin/env bash\ncase "$2" in\n  *print*) echo "2.11.0 3.6.0" ;;\n'
+                    '  "import cryptography") exit 0 ;;\n  *) exit 9 ;;\nesac\n')
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", str(IMAGE_SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**_base_env(tmp_path / "out"), "CCDDP_IMAGE_VENV": str(tmp_path / "venv")})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines() == [
+        f"gpu_check_image: cannot run: cryptography is installed in {tmp_path / 'venv'}; the image has none "
+        "(pip uninstall it there)"]
+
+
+@pytest.mark.skipif(not os.environ.get("CCDDP_IMAGE_VENV"), reason=(
+    "opt-in tier: the image-like venv (torch 2.11 CUDA build, several GB; Triton 3.6): "
+    "CCDDP_IMAGE_VENV=DIR pytest tests/test_gpu_check.py -k image_versions, or bash scripts/gpu_check_image.sh"))
+def test_the_check_and_the_cpu_twins_pass_on_the_images_versions(tmp_path):
+    """The GPU check's dry run and the CPU twins of the CUDA cases, with the engine in Triton
+    3.6's interpreter, in a venv built like the GPU image (cryptography only on PYTHONPATH)."""
+    r = subprocess.run(["bash", str(IMAGE_SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=1800,
+                       env=_base_env(tmp_path / "out"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    record = json.loads((tmp_path / "out" / "image-rehearsal.json").read_text())
+    assert (record["torch"], record["triton"]) == ("2.11.0", "3.6.0") and record["ok"]
+    env = json.loads((tmp_path / "out" / "dry-run" / "env.json").read_text())
+    assert env["cryptography_from_wheel_site"] and env["triton"] == "3.6.0"
+    suite = ET.parse(tmp_path / "out" / "twins.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    assert int(suite.get("failures")) == int(suite.get("errors")) == 0 and int(suite.get("tests")) > 200
