@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The image-version rehearsal of the GPU check: what the lent GPU machine will run, in an
 # environment built like its image (Python 3.12, torch 2.11.0, Triton 3.6.0, numpy,
-# pytest, pytest-timeout, hypothesis, scipy; cryptography NOT installed, reachable only
+# pytest, pytest-timeout, hypothesis, scipy, transformers, torch-geometric (the workloads
+# the SecureDDP tests train); cryptography NOT installed, reachable only
 # through the carried wheel folder on PYTHONPATH), without a GPU:
 #   1. dry-run    bash scripts/gpu_check.sh --dry-run with that Python: every step that
 #                 needs no GPU passes, the rest say there is no GPU
@@ -33,7 +34,7 @@ BUILD_PY=${CCDDP_IMAGE_PYTHON:-python3.12}
 OUT=${OUT:-runs/gpu-image}
 WHEELS=${CCDDP_GPU_WHEELS:-.whl}
 # The image's versions (DESIGN.md section 12) and the packages of its list that the steps use.
-IMAGE_PACKAGES=(torch==2.11.0 triton==3.6.0 numpy pytest pytest-timeout hypothesis scipy)
+IMAGE_PACKAGES=(torch==2.11.0 triton==3.6.0 numpy pytest pytest-timeout hypothesis scipy transformers torch-geometric)
 TORCH_WANT=2.11.0
 TRITON_WANT=3.6.0
 # Files with CUDA cases: their other cases are the CPU twins (tests/test_gpu_check.py's list).
