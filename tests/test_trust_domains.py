@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dist_util import RankFailure, run_ranks
+from dist_util import RankFailure, child_env, run_ranks
 
 SECRET = "4c7e19b2d8a05f36e1c94b7a2d6f803e5b1c9a7d2e4f6083b5a7c9e1d3f50b28"
 
@@ -260,9 +260,9 @@ def test_two_nodes_train_with_plaintext_only_inside_each(tmp_path):
     from ccddp.bench.launch import free_port
 
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]), OMP_NUM_THREADS="1",
-               CCDDP_GROUP_SECRET=SECRET, CCDDP_SETTINGS='{"trust_domains": "node", "timeout_s": 60}',
-               LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(wire), CCDDP_WIRE_BY_PEER="1")
+    env = child_env(dict(OMP_NUM_THREADS="1", CCDDP_GROUP_SECRET=SECRET,
+                         CCDDP_SETTINGS='{"trust_domains": "node", "timeout_s": 60}',
+                         LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(wire), CCDDP_WIRE_BY_PEER="1"))
     agents = [subprocess.Popen([sys.executable, "-m", "ccddp.cli", "launch", "--nnodes", "2", "--node-rank", str(i),
                                 "--master-addr", "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "2",
                                 script, str(run)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -313,8 +313,8 @@ def test_train_measures_a_run_over_trust_domains(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ccddp.cli", "train", "--workload", "graphsage", "--size", "tiny",
                            "--world-size", "2", "--cc", "on", "--steps", "2", "--warmup", "1",
                            "--trust-domains", "[[0,1]]", "--json", str(out)],
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]),
-                                   CCDDP_GROUP_SECRET=SECRET), capture_output=True, text=True, timeout=300)
+                          env=child_env(dict(CCDDP_GROUP_SECRET=SECRET)), capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads(out.read_text())
     assert run["settings"]["trust_domains"] == [[0, 1]]
