@@ -19,7 +19,10 @@
         a dry run's stand-in for a command that needs a GPU: run it; its one-line refusal
         for want of a GPU (exit 2) passes, as does exit 0; anything else keeps its status.
     python3 scripts/gpu_check_tools.py summary --steps steps.tsv --out summary.json ...
-        every step's command, status, exit code and seconds, as JSON.
+        every step's command, status, exit code and seconds, as JSON, with the one-line
+        command that reruns just the steps that did not pass ("rerun").
+    python3 scripts/gpu_check_tools.py plan --sizes 4K,64K,...
+        the budget and every step's cap (PLAN: each step's estimate and cap).
 
 Standard library only at module level: it runs before anything else is known to work.
 """
@@ -46,6 +49,35 @@ TARGETS_64M = {"seal": 50.0, "open": 50.0, "seal_pad": 100.0, "open_pad": 100.0}
 RUN_STEPS = ("collectives-device", "collectives-staged", "train", "calibrate")
 #: How a command refuses --device cuda without a GPU (ccddp.bench.devices.require_cuda).
 NO_GPU_LINE = re.compile(r"needs a CUDA GPU|no CUDA (GPU|device)", re.IGNORECASE)
+
+#: Per step, on the lent GPU machine (one H100, cold Triton cache): (estimate, cap) in
+#: seconds. Not measured (no GPU has run the check yet): estimated from the work each step
+#: does (BENCHMARKS.md, "The GPU check's time plan"). A cap is its estimate with a margin
+#: of at least 1.5x; the tests step's cap is at least 240 s (35-45 JIT compiles, two
+#: 3-process launches, a `ccddp launch`, an NCCL subprocess).
+PLAN = {
+    "wheels": (5, 30),                 # pip install --no-index of three wheels
+    "env": (10, 30),                   # torch import, CUDA init, one AES-GCM round trip
+    "kernels": (35, 60),               # 9 kernel variants compiled for the GPU's arch
+    "tests": (135, 240),               # the CUDA cases (calibrate and bench 1M: own steps)
+    "collectives-device": (25, 45),    # 2 ranks, 64 MiB, gloo beside ccddp
+    "collectives-staged": (20, 45),
+    "train": (30, 60),                 # bert-base, 1 rank, CC off/on, 8 steps each
+    "calibrate": (30, 60),             # calibrate --device cuda --fast
+    "bench-4K": (8, 30),               # a process: torch + CUDA init, kernels cached
+    "bench-64K": (8, 30),
+    "bench-1M": (10, 30),
+    "bench-16M": (12, 30),
+    "bench-64M": (20, 45),
+}
+#: A bench size outside the plan (CCDDP_GPU_CHECK_SIZES): the largest bench step's.
+PLAN_OTHER_BENCH = PLAN["bench-64M"]
+#: What the whole check aims at, and the budget that bounds it: the budget is the sum of
+#: the estimates plus a minute of overall slack, which the tests step's margin draws on
+#: first (steps run in order; what the budget no longer holds is "not run: out of time",
+#: and summary.json's rerun line picks it up).
+TARGET_S = 360
+BUDGET_S = 420
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -321,6 +353,36 @@ def cmd_no_gpu(args: argparse.Namespace) -> int:
     return done.returncode
 
 
+def step_plan(name: str) -> tuple[int, int]:
+    """(estimate, cap) of a step, seconds."""
+    if name in PLAN:
+        return PLAN[name]
+    if name.startswith("bench-"):
+        return PLAN_OTHER_BENCH
+    raise KeyError(f"no step {name} in the plan")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``NAME CAP`` lines for the shell: the budget, then every step (bench at --sizes)."""
+    names = [n for n in PLAN if not n.startswith("bench-")] + [f"bench-{s}" for s in args.sizes.split(",") if s]
+    print(f"budget {BUDGET_S}")
+    for n in names:
+        print(f"{n} {step_plan(n)[1]}")
+    return 0
+
+
+def rerun_line(steps: list[dict], dry_run: bool, env_prefix: str = "") -> str | None:
+    """One command that runs again just the steps that failed, timed out or were not run
+    (wheels and env always run first), or None when nothing needs it."""
+    again = [s["name"] for s in steps
+             if s["name"] not in ("wheels", "env") and (s["status"] in ("failed", "timeout") or (
+                 s["status"] == "skipped" and (s["note"] or "").startswith("not run")))]
+    if not again:
+        return None
+    return " ".join(p for p in [env_prefix, "bash scripts/gpu_check.sh", "--dry-run" if dry_run else "",
+                                "--only", ",".join(again)] if p)
+
+
 def cmd_summary(args: argparse.Namespace) -> int:
     steps = []
     if os.path.exists(args.steps):
@@ -337,7 +399,11 @@ def cmd_summary(args: argparse.Namespace) -> int:
                # one that could not run (out of time, after a failed preflight) is.
                "ok": args.complete and all(s["status"] == "ok" or (s["status"] == "skipped" and not (
                    s["note"] or "").startswith("not run")) for s in steps),
-               "elapsed_s": args.elapsed, "budget_s": args.budget, "steps": steps,
+               "elapsed_s": args.elapsed, "budget_s": args.budget, "target_s": TARGET_S,
+               "estimate_s": sum(_try(lambda n=s["name"]: step_plan(n)[0], 0) for s in steps if s["status"] != "skipped"
+                                 or not (s["note"] or "").startswith("not selected")),
+               "rerun": rerun_line(steps, args.dry_run, args.rerun_env or "") if args.complete else None,
+               "steps": steps,
                "files": sorted(os.listdir(os.path.dirname(os.path.abspath(args.out))))}
     with open(args.out, "w") as f:
         json.dump(summary, f, indent=2)
@@ -379,7 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, required=True)
     p.add_argument("--complete", action="store_true")
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--rerun-env", default=None, help="VAR=VALUE words the rerun line must start with")
     p.set_defaults(func=cmd_summary)
+    p = sub.add_parser("plan", help="the budget and each step's cap, as NAME SECONDS lines")
+    p.add_argument("--sizes", required=True)
+    p.set_defaults(func=cmd_plan)
     args = ap.parse_args(argv)
     return args.func(args)
 

@@ -13,6 +13,27 @@ import queue
 import socket
 import traceback
 from datetime import timedelta
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+
+
+def child_env(extra: dict | None = None, *, first: tuple = ()) -> dict:
+    """The environment for a process a test starts (a rank, a launcher, a CLI run): the
+    parent's, with ``first`` entries, this checkout's ``src`` and ``tests`` ahead on
+    ``PYTHONPATH`` and every entry the parent already had kept after them.
+
+    Kept, not replaced: the GPU check puts the folder of wheels the image lacks
+    (cryptography) on ``PYTHONPATH``, and a child that loses it dies on import before
+    the code under test runs (issue 38). Every helper that starts processes builds its
+    environment here; tests/test_child_env.py makes that a rule."""
+    env = dict(os.environ)
+    lead = [str(p) for p in first] + [str(SRC), str(HERE)]
+    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in lead]
+    env["PYTHONPATH"] = os.pathsep.join(lead + kept)
+    env.update(extra or {})
+    return env
 
 
 class RankFailure(Exception):

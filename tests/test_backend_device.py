@@ -19,6 +19,7 @@ import torch
 
 from ccddp.backend.placement import Placement, PlacementRates, choose, rates_from_profile, stage_in, stage_out
 from ccddp.errors import ConfigError
+from dist_util import child_env
 from wire_util import HERE, SRC, build_wiretap, found, json_rows, torchrun, wire_bytes
 
 SCRIPT = str(HERE / "device_paths_main.py")
@@ -87,8 +88,8 @@ def _launch(*args: str, nproc: int = 2, launcher: str = "torchrun", tmp_path=Non
             wire: bool = False):
     extra = dict(env or {})
     if launcher == "ccddp":
-        full = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]), OMP_NUM_THREADS="1",
-                    CCDDP_GROUP_SECRET="9c41d0e2b7f35a86c1e4d92b07a3f6185de0c4b2a97f3e6d5c8b1a0f2e4d6c83", **extra)
+        full = child_env(dict(OMP_NUM_THREADS="1", **{
+            "CCDDP_GROUP_SECRET": "9c41d0e2b7f35a86c1e4d92b07a3f6185de0c4b2a97f3e6d5c8b1a0f2e4d6c83", **extra}))
         done = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--nproc-per-node", str(nproc), SCRIPT,
                                *args], env=full, capture_output=True, text=True, timeout=600)
     else:

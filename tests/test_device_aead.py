@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from _gcm_vectors import gcm_vectors
 from ccddp.crypto.device import DeviceAESGCM, Segment, interpreting, pad_bytes
 from ccddp.crypto.device.engine import TILE_BLOCKS_INTERPRETED
+from dist_util import child_env
 
 DEVICES = [
     pytest.param("cpu", marks=pytest.mark.skipif(
@@ -237,7 +238,7 @@ def test_pads_give_the_same_frames(device):
 # -- without Triton, and CPU tensors in a compiled process ------------------------------------
 def _run_python(code: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+                          env=child_env(env), timeout=120)
 
 
 def test_without_triton_host_channels_work_and_the_engine_says_what_to_install():
@@ -255,7 +256,7 @@ def test_without_triton_host_channels_work_and_the_engine_says_what_to_install()
             LinkChannel(bytes(32), 1, "a", aead_engine="triton").seal(b"hello", bytearray(21), b"")
         except ConfigError as e:
             print("ERROR:", e)
-    """, {"PYTHONPATH": os.pathsep.join(sys.path)})
+    """, {})
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip()
     assert line.startswith("ERROR:") and "pip install 'ccddp[gpu]'" in line and "\n" not in line
@@ -271,7 +272,47 @@ def test_cpu_tensors_in_a_compiled_process_get_a_one_line_error():
                                                  torch.empty(20, dtype=torch.uint8))
         except ConfigError as e:
             print("ERROR:", e)
-    """, {"PYTHONPATH": os.pathsep.join(sys.path), "TRITON_INTERPRET": "0"})
+    """, {"TRITON_INTERPRET": "0"})
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip()
     assert line.startswith("ERROR:") and "TRITON_INTERPRET=1" in line and "\n" not in line
+
+
+# -- what the kernels can index ---------------------------------------------------------------
+def test_a_segment_the_kernels_cannot_index_is_refused_before_any_launch():
+    """ctr_open and keystream index a segment's bytes in int32: a longer segment is a
+    ConfigError naming the limit; one of exactly the limit passes that check (and then
+    meets the tensors' bounds, so nothing of 2 GiB is allocated here)."""
+    from ccddp.crypto.device.engine import MAX_SEGMENT_BYTES
+    from ccddp.errors import ConfigError
+
+    assert MAX_SEGMENT_BYTES + 16 * TILE_BLOCKS_INTERPRETED - 1 <= 2**31 - 1   # last byte of a last tile
+    aead = DeviceAESGCM(bytes(32))
+    small = torch.zeros(64, dtype=torch.uint8)
+    too_long = Segment(bytes(12), b"", 0, MAX_SEGMENT_BYTES + 1, 0, 0)
+    for call in (lambda s: aead.encrypt_segments([s], small, small.clone()),
+                 lambda s: aead.decrypt_segments([s], small, small.clone()),
+                 lambda s: aead.keystream_segments([s], small.clone())):
+        with pytest.raises(ConfigError, match=f"at most {MAX_SEGMENT_BYTES} bytes"):
+            call(too_long)
+        with pytest.raises(ValueError, match="outside") as e:
+            call(Segment(bytes(12), b"", 0, MAX_SEGMENT_BYTES, 0, 0))
+        assert not isinstance(e.value, ConfigError)
+
+
+def test_a_launch_with_more_segments_than_a_grid_axis_is_refused():
+    """A launch's segments are the second grid axis (CUDA: at most 65,535)."""
+    from ccddp.crypto.device.engine import MAX_SEGMENTS_PER_LAUNCH
+    from ccddp.errors import ConfigError
+
+    aead = DeviceAESGCM(bytes(32))
+    buf = torch.zeros(16, dtype=torch.uint8)
+    ok = Segment(bytes(12), b"", 0, 0, 0, 0)
+    with pytest.raises(ConfigError, match="at most 65535 segments"):
+        aead.encrypt_segments([ok] * (MAX_SEGMENTS_PER_LAUNCH + 1), buf, buf.clone())
+    with pytest.raises(ConfigError, match="at most 65535 segments"):
+        aead.keystream_segments([ok] * (MAX_SEGMENTS_PER_LAUNCH + 1), buf.clone())
+    # As many as the axis holds pass that check: the last one's bad nonce is what stops them.
+    with pytest.raises(ValueError, match="nonce"):
+        aead.encrypt_segments([ok] * (MAX_SEGMENTS_PER_LAUNCH - 1) + [Segment(b"short", b"", 0, 0, 0, 0)],
+                              buf, buf.clone())

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+from dist_util import child_env
 from wire_util import HERE, SRC, build_wiretap, found, torchrun, wire_bytes
 
 EXAMPLE = str(HERE.parent / "examples" / "ddp_tutorial.py")
@@ -51,8 +52,7 @@ def test_launch_runs_an_unmodified_script_sealed(tmp_path):
     (tmp_path / "gloo").mkdir()
     (tmp_path / "ccddp").mkdir()
     plain = _reference_run(lib, tmp_path / "gloo")
-    env = dict(os.environ, PYTHONPATH=str(SRC), LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(tmp_path / "ccddp"),
-               OMP_NUM_THREADS="1")
+    env = child_env(dict(LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(tmp_path / "ccddp"), OMP_NUM_THREADS="1"))
     env.pop("CCDDP_GROUP_SECRET", None)  # a single-node launch makes its own
     sealed = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--nproc-per-node", "2",
                              EXAMPLE, "--steps", "3"], env=env, capture_output=True, text=True, timeout=300)
@@ -117,8 +117,7 @@ def test_hugging_face_trainer_through_launch(tmp_path):
         if backend == "gloo":
             proc = torchrun([script, str(d)], wiretap=lib, wire_dir=d / "wire", timeout=600)
         else:
-            env = dict(os.environ, PYTHONPATH=str(SRC), LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(d / "wire"),
-                       OMP_NUM_THREADS="1")
+            env = child_env(dict(LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(d / "wire"), OMP_NUM_THREADS="1"))
             proc = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--nproc-per-node",
                                    "2", script, str(d)], env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -147,7 +146,7 @@ def test_torch_registers_the_backend_through_its_entry_point(tmp_path):
     (info / "entry_points.txt").write_text("[torch.backends]\n" + "".join(f"{k} = {v}\n" for k, v in declared.items()))
     code = ("import sys, torch.distributed as dist\n"
             "print('ccddp' in dist.Backend.backend_list, any(m == 'ccddp.backend.process_group' for m in sys.modules))")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(SRC)]))
+    env = child_env(first=(tmp_path,))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     # Registered, and nothing heavy imported until a group is created.

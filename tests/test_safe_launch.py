@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from dist_util import child_env
 from wire_util import HERE, SECRET_HEX, SRC, build_wiretap, found, torchrun, wire_bytes
 
 RUN_ID = "hostile-run"
@@ -56,8 +57,7 @@ def hostile_store(tmp_path):
 
 
 def _env(**extra) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]), OMP_NUM_THREADS="1",
-               PYTHONUNBUFFERED="1")
+    env = child_env(dict(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
     env.update(extra)
     return env
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dist_util import RankFailure, run_ranks
+from dist_util import RankFailure, child_env, run_ranks
 
 SECRET = "4c7e19b2d8a05f36e1c94b7a2d6f803e5b1c9a7d2e4f6083b5a7c9e1d3f50b28"
 
@@ -81,7 +81,7 @@ def _every_op(pg, rank, n, numels):
     links = pg.domain_links
     sealed = pg.secure_group.counters.snapshot()
     cross = links.cross.counters.snapshot() if links is not None and links.cross is not None else None
-    return {"bad": bad, "domains": [list(d) for d in pg.secure_group.domains.domains],
+    return {"bad": bad, "domains": [list(d) for d in pg.domains.domains],
             "cross_size": None if links is None or links.cross is None else links.cross.world_size,
             "sealed": sealed, "cross": cross}
 
@@ -238,9 +238,10 @@ def test_a_bad_map_is_refused(value):
 
 def test_two_nodes_train_with_plaintext_only_inside_each(tmp_path):
     """Two torchrun agents on this host (``--nnodes 2``, static rendezvous) with the
-    ``node`` map: two domains of two ranks. DDP trains to gloo's parameters, and no byte of
-    a rank's own data crosses to the other node's ranks unsealed, while it does travel
-    in plaintext inside its domain (so the search would see a leak)."""
+    ``node`` map: two domains of two ranks (the agents' node ranks split what the proof
+    joins). DDP trains to gloo's parameters, and no byte of a rank's own data goes over
+    TCP unsealed -- not even to its own domain's ranks -- while it does travel in
+    plaintext on the domains' local (AF_UNIX) links (so the search would see a leak)."""
     import json
     import os
     import subprocess
@@ -259,9 +260,9 @@ def test_two_nodes_train_with_plaintext_only_inside_each(tmp_path):
     from ccddp.bench.launch import free_port
 
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]), OMP_NUM_THREADS="1",
-               CCDDP_GROUP_SECRET=SECRET, CCDDP_SETTINGS='{"trust_domains": "node", "timeout_s": 60}',
-               LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(wire), CCDDP_WIRE_BY_PEER="1")
+    env = child_env(dict(OMP_NUM_THREADS="1", CCDDP_GROUP_SECRET=SECRET,
+                         CCDDP_SETTINGS='{"trust_domains": "node", "timeout_s": 60}',
+                         LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(wire), CCDDP_WIRE_BY_PEER="1"))
     agents = [subprocess.Popen([sys.executable, "-m", "ccddp.cli", "launch", "--nnodes", "2", "--node-rank", str(i),
                                 "--master-addr", "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "2",
                                 script, str(run)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -275,23 +276,27 @@ def test_two_nodes_train_with_plaintext_only_inside_each(tmp_path):
         assert got[r]["backend"] == "ccddp" and got[r]["sum_ok"]
         for p, q in zip(got[r]["params"], want[r]["params"]):
             assert torch.allclose(torch.tensor(p), torch.tensor(q), atol=1e-5), r
-    domain = {r: r // 2 for r in range(4)}          # node 0: ranks 0, 1; node 1: ranks 2, 3
+    # Socket writes by peer port: -1 is a socket with no IP peer (the domains' AF_UNIX
+    # links); every other file is a TCP connection, whose destination the host's store chose.
     owner = {port: r for r in range(4) for port in got[r]["ports"]}
     by_pid = {got[r]["pid"]: r for r in range(4)}
-    inside, across = b"", b""
+    local, tcp_between_ranks, tcp = b"", b"", b""
     for f in wire.glob("wire.*.*"):
-        _, pid, peer = f.name.split(".")
-        src, dst = by_pid.get(int(pid)), owner.get(int(peer))
-        if src is None or dst is None:
-            continue                                  # the agents' store traffic
-        if domain[src] == domain[dst]:
-            inside += f.read_bytes()
-        else:
-            across += f.read_bytes()
+        _, pid, peer = f.name.rsplit(".", 2)
+        if int(pid) not in by_pid:
+            continue                                  # the agents
+        if int(peer) == -1:
+            local += f.read_bytes()
+            continue
+        tcp += f.read_bytes()
+        if owner.get(int(peer)) is not None:
+            tcp_between_ranks += f.read_bytes()
     raw = [markers(r).numpy().tobytes() for r in range(4)]
     probes = [b[j:j + 16] for b in raw for j in range(0, len(b) - 16, 256)]
-    assert across and found(probes, inside), "the recording saw both kinds of link"
-    assert not found(probes, across)
+    # Plaintext did travel inside each node (so the search would see a leak), and only on
+    # the local links: no TCP connection of any rank carried a marker.
+    assert tcp_between_ranks and found(probes, local), "the recording saw both kinds of link"
+    assert not found(probes, tcp)
 
 
 def test_train_measures_a_run_over_trust_domains(tmp_path):
@@ -308,8 +313,8 @@ def test_train_measures_a_run_over_trust_domains(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ccddp.cli", "train", "--workload", "graphsage", "--size", "tiny",
                            "--world-size", "2", "--cc", "on", "--steps", "2", "--warmup", "1",
                            "--trust-domains", "[[0,1]]", "--json", str(out)],
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]),
-                                   CCDDP_GROUP_SECRET=SECRET), capture_output=True, text=True, timeout=300)
+                          env=child_env(dict(CCDDP_GROUP_SECRET=SECRET)), capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads(out.read_text())
     assert run["settings"]["trust_domains"] == [[0, 1]]

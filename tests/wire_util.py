@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dist_util import child_env
+
 HERE = Path(__file__).parent
 SRC = HERE.parent / "src"
 SECRET_HEX = "9c41d0e2b7f35a86c1e4d92b07a3f6185de0c4b2a97f3e6d5c8b1a0f2e4d6c83"
@@ -33,8 +35,7 @@ def torchrun(args: list[str], *, nproc: int = 2, wiretap: Path | None = None, wi
              env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc-per-node nproc ARGS`` with this checkout's ccddp; with
     ``wiretap``, every process's socket writes go to files in ``wire_dir``."""
-    full = dict(os.environ)
-    full["PYTHONPATH"] = os.pathsep.join([str(SRC), str(HERE)] + [p for p in [full.get("PYTHONPATH")] if p])
+    full = child_env()
     full.setdefault("CCDDP_GROUP_SECRET", SECRET_HEX)
     full["OMP_NUM_THREADS"] = "1"
     if wiretap is not None:

@@ -1,16 +1,24 @@
-"""A ccddp group's internal connection sets: bare gloo backends that nothing else knows of.
+"""A ccddp group's internal connection sets: bare gloo backends that nothing else knows of,
+and, inside a trust domain, local links the host cannot reach.
 
 - :func:`internal_links`: the group's three connection sets over all its ranks --
   collectives (one per link direction) and point-to-point messages -- which carry sealed
   frames only.
 - :func:`device_wire`: where every rank has a GPU of its own, an internal NCCL communicator
   for the sealed device frames of the pipelined collectives (``CommSettings.device_wire``).
-- :func:`domain_links`: with trust domains larger than one rank, a plaintext set over the
-  ranks of this rank's domain, **bound to the loopback interface** (its traffic cannot
-  leave the host, and a "domain peer" elsewhere is never reached: the group fails to
-  connect instead), and the sealed group of this rank's shard across domains.
+- :func:`prove_domains`: the trust-domain map as proven, not as reported: each rank
+  reaches the ranks it may share a domain with over AF_UNIX sockets that cannot leave its
+  machine and checks their answer under the session's key
+  (:mod:`ccddp.backend.local_links`); the proofs are exchanged sealed, so every rank
+  derives the same map.
+- :func:`domain_links`: with trust domains larger than one rank, the plaintext set over
+  the ranks of this rank's domain -- those proven AF_UNIX links, never a TCP connection
+  whose destination the store chose -- and the sealed group of this rank's shard across
+  domains.
 
-Every set rendezvouses under the elastic attempt's own keys in the group's store.
+Every gloo set rendezvouses under the elastic attempt's own keys in the group's store, and
+its setup is bounded by the group's timeout, even where the host's addresses leave both
+ends of a connection waiting for the other (gloo itself has no limit there).
 
 Example::
 
@@ -19,24 +27,35 @@ Example::
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import socket
 import sys
+import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from ccddp.comm.domains import DomainMap
+from ccddp.backend.local_links import LocalEndpoint, LocalLinkSet
+from ccddp.comm.control import gather_sealed
+from ccddp.comm.domains import DomainMap, candidates, check_setting, from_proofs, node_key
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.hierarchy import DomainLinks
 from ccddp.comm.ordered import NcclWire
 from ccddp.comm.settings import CommSettings
 from ccddp.comm.transport import Transport
+from ccddp.crypto.keys import derive_purpose_key
 from ccddp.errors import ConfigError, PeerTimeoutError, one_line
 
-LOOPBACK = "127.0.0.1"
+# Seconds past the timeout before a gloo setup that has not returned is given up on.
+_CONNECT_MARGIN_S = 2.0
+# gloo's connect, left waiting by the host's addresses, ends by itself after about five
+# times its timeout (measured on torch 2.13: 10 s at 2 s, 15 s at 3 s).
+_GLOO_GIVES_UP = 6
 
 
 def _attempt() -> str:
@@ -52,20 +71,53 @@ def _base(store) -> dist.PrefixStore:
     return dist.PrefixStore(f"ccddp/attempt-{_attempt()}/", store)
 
 
-def _connect(store, name: str, rank: int, size: int, timeout: timedelta, *,
-             loopback: bool = False) -> dist.ProcessGroup:
-    """One bare gloo connection set; a peer that cannot be reached is a typed error."""
-    try:
-        if not loopback:
-            return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, timeout)
-        opts = dist.ProcessGroupGloo._Options()
-        opts._devices = [dist.ProcessGroupGloo.create_device(hostname=LOOPBACK)]
-        opts._timeout = timeout
-        return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, opts)
-    except RuntimeError as e:
-        where = " on this host's loopback (are the ranks of this trust domain on one host?)" if loopback else ""
-        raise PeerTimeoutError(f"rank {rank}: cannot connect the group's {name} links to its peers{where} within "
-                               f"{timeout.total_seconds():.0f}s ({one_line(str(e))})") from None
+def _connect(store, name: str, rank: int, size: int, timeout: timedelta) -> dist.ProcessGroup:
+    """One bare gloo connection set (it carries sealed frames only); a peer that cannot be
+    reached within ``timeout`` is a typed error.
+
+    gloo decides which end of a connection dials by comparing the two addresses the store
+    holds; a host that writes addresses so that each end waits for the other leaves gloo's
+    constructor waiting with no limit. It runs on a thread of its own, and this rank stops
+    waiting for it at the timeout (the thread, blocked in gloo, ends with the process)."""
+    made: dict = {}
+
+    def connect() -> None:
+        try:
+            made["pg"] = dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, timeout)
+        except RuntimeError as e:
+            made["error"] = e
+
+    worker = threading.Thread(target=connect, name=f"ccddp-connect-{name}", daemon=True)
+    worker.start()
+    # gloo's own waits (the store, a refused connection) end at ``timeout``; a margin lets
+    # them report first, with their own reason.
+    worker.join(timeout.total_seconds() + _CONNECT_MARGIN_S)
+    if "pg" in made:
+        return made["pg"]
+    if worker.is_alive():
+        _abandoned(worker, timeout)
+    why = one_line(str(made["error"])) if "error" in made else "no connection was made: the addresses the store holds lead nowhere"
+    raise PeerTimeoutError(f"rank {rank}: cannot connect the group's {name} links to its peers within "
+                           f"{timeout.total_seconds():.0f}s ({why})")
+
+
+_ABANDONED: list[tuple[threading.Thread, float]] = []
+
+
+def _abandoned(worker: threading.Thread, timeout: timedelta) -> None:
+    """Remember a gloo setup this rank stopped waiting for. gloo gives up by itself after
+    a few times its timeout (its connect retries); if that happens while the interpreter
+    is shutting down, the thread is killed inside C++ and the process aborts. So the exit
+    waits for such threads, bounded: one that never returns never takes the GIL again and
+    cannot abort anything."""
+    if not _ABANDONED:
+        atexit.register(_settle_abandoned)
+    _ABANDONED.append((worker, time.monotonic() + _GLOO_GIVES_UP * timeout.total_seconds() + _CONNECT_MARGIN_S))
+
+
+def _settle_abandoned() -> None:
+    for worker, until in _ABANDONED:
+        worker.join(max(0.0, until - time.monotonic()))
 
 
 def internal_links(store, rank: int, size: int, timeout: timedelta) -> tuple[dist.ProcessGroup, ...]:
@@ -126,19 +178,66 @@ def device_wire(store, rank: int, size: int, settings: CommSettings,
     return NcclWire.open(dist.PrefixStore("nccl-wire/", _base(store)), rank, size, settings.timeout_s)
 
 
-def domain_links(store, rank: int, domains: DomainMap, group: SecureGroup, global_ranks: list[int],
-                 timeout: timedelta) -> DomainLinks:
+def prove_domains(group: SecureGroup, setting=None) -> tuple[DomainMap, LocalEndpoint | None]:
+    """The trust-domain map of ``group`` (collective: every rank calls it once the group's
+    session exists) for ``setting`` (default: the group's ``trust_domains``), and this
+    rank's local endpoint holding the proven links to its domain's ranks (None where every
+    rank is its own domain).
+
+    Each rank listens on its session-named AF_UNIX socket; once every rank listens (a
+    sealed exchange, so the host cannot announce a rank early), it reaches the ranks it
+    may share a domain with and runs the proof; then every rank's proofs and node key go
+    round sealed and :func:`ccddp.comm.domains.from_proofs` turns them into the map, the
+    same on every rank. An explicit map whose pairs did not all prove themselves is a
+    :class:`ConfigError` on every rank; ``"node"`` splits what was not proven, warning."""
+    setting = check_setting(group.settings.trust_domains if setting is None else setting)
+    if setting == "rank" or group.world_size == 1:
+        return DomainMap.singletons(group.world_size), None
+    key = derive_purpose_key(group.secret, group.session_id, "local-link")
+    endpoint = LocalEndpoint.listen(group.session_id, key, group.rank, group.settings.timeout_s)
+    try:
+        gather_sealed(b"listening", group)
+        proven = endpoint.prove(candidates(setting, group.rank, group.world_size))
+        mine = json.dumps({"proven": sorted(proven), "node": node_key()}).encode()
+        reports = [_proof_report(r, blob, group.world_size) for r, blob in enumerate(gather_sealed(mine, group))]
+        domains, warnings = from_proofs(setting, group.world_size, [p for p, _ in reports], [k for _, k in reports])
+    except BaseException:
+        endpoint.close()
+        raise
+    if group.rank == 0:
+        for w in warnings:
+            print(f"ccddp: trust domains: {w}", file=sys.stderr, flush=True)
+    endpoint.drop(set(domains.members(group.rank)))
+    if domains.trivial:
+        endpoint.close()
+        return domains, None
+    return domains, endpoint
+
+
+def _proof_report(rank: int, blob: bytes, world_size: int) -> tuple[set[int], str]:
+    """A rank's sealed proof report: the ranks it proved, its node key (authenticated, so
+    written by the rank itself; still checked, as every parsed message is)."""
+    try:
+        report = json.loads(blob.decode())
+        proven = {int(r) for r in report["proven"] if isinstance(r, int) and 0 <= r < world_size}
+        return proven, str(report["node"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"rank {rank}'s trust-domain proof report is malformed ({e})") from None
+
+
+def domain_links(store, rank: int, domains: DomainMap, endpoint: LocalEndpoint, group: SecureGroup,
+                 global_ranks: list[int], timeout: timedelta) -> DomainLinks:
     """This rank's links for the hierarchical all-reduce (collective over the group: every
-    rank builds its domain's set, then the shard holders their ring's)."""
+    rank builds its domain's set, then the shard holders their ring's). ``endpoint``
+    holds the proven local links (:func:`prove_domains`)."""
     base = _base(store)
     d, local = domains.domain_of(rank), domains.local_index(rank)
     members = domains.members(rank)
-    up, down = (_connect(base, f"domain-{d}-{name}", local, len(members), timeout, loopback=True)
-                for name in ("up", "down"))
-    # The engine's ring, unsealed (impl "ring"): nothing to key, and these links reach
-    # only this host's loopback.
-    plain = SecureGroup(group.settings.with_(impl="ring", trust_domains="rank"), None, pg=up,
-                        transport=Transport(up, group.settings.timeout_s, downward=down),
+    links = LocalLinkSet(endpoint, list(members))
+    # The engine's ring, unsealed (impl "ring"): nothing to key, and these links are
+    # AF_UNIX sockets to ranks that proved they share this machine.
+    plain = SecureGroup(group.settings.with_(impl="ring", trust_domains="rank"), None, pg=links,
+                        transport=Transport(links, group.settings.timeout_s),
                         ranks=[global_ranks[r] for r in members])
     cross = None
     if len(domains.domains) > 1 and local < domains.shards:

@@ -13,7 +13,8 @@ thread, on links of their own.
 Inside, the group keeps bare gloo connection sets built from a ``PrefixStore`` of the
 group's own store (:mod:`ccddp.backend.links`): collectives (one per link direction) and
 point-to-point messages, and, with trust domains larger than one rank
-(``CommSettings.trust_domains``), its domain's loopback-bound plaintext set and its
+(``CommSettings.trust_domains``), its domain's plaintext set (AF_UNIX links to ranks
+that proved they share the machine, :mod:`ccddp.backend.local_links`) and its
 shard's sealed ring across domains, over which all-reduce, broadcast and reduce-scatter
 (equal chunks) run hierarchically
 (:mod:`ccddp.comm.hierarchy`). They are registered nowhere: users, torch's group registry
@@ -45,8 +46,7 @@ from ccddp.comm.exchange import all_to_all, gather, scatter
 from ccddp.comm.p2p import SealedPeerLinks
 from ccddp.comm.plan import sized_bounds
 from ccddp.comm.reduce import Reduction
-from ccddp.backend.links import device_wire, domain_links, internal_links
-from ccddp.comm.domains import resolve
+from ccddp.backend.links import device_wire, domain_links, internal_links, prove_domains
 from ccddp.comm.hierarchy import hierarchical_all_reduce, hierarchical_broadcast, hierarchical_reduce_scatter
 from ccddp.comm.transport import Transport
 from ccddp.crypto.counters import CryptoCounters
@@ -167,14 +167,14 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         coll, down, p2p = internal_links(store, rank, size, gloo_timeout)
         self._internal = (coll, down, p2p)
         transport = Transport(coll, settings.timeout_s, downward=down)
-        domains = resolve(settings.trust_domains, rank, size, transport.exchange)
-        self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks,
-                                        domains=domains)
-        # Trust domains larger than one rank: all-reduce, broadcast and reduce-scatter (equal
-        # chunks) go hierarchical (plaintext only inside a domain, on loopback-bound links);
-        # every other op stays sealed end to end.
-        self.domain_links = None if domains.trivial else domain_links(store, rank, domains, self.secure_group,
-                                                                       ranks, gloo_timeout)
+        self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks)
+        # Trust domains larger than one rank, proven (ranks that reached each other over
+        # sockets that cannot leave the machine): all-reduce, broadcast and reduce-scatter
+        # (equal chunks) go hierarchical, plaintext only on those local links; every other
+        # op stays sealed end to end.
+        self.domains, endpoint = prove_domains(self.secure_group)
+        self.domain_links = None if endpoint is None else domain_links(store, rank, self.domains, endpoint,
+                                                                        self.secure_group, ranks, gloo_timeout)
         self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
         self.settings = settings
         self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}", counters=self._collective_counters)

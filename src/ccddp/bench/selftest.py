@@ -54,13 +54,13 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from ccddp.backend.links import domain_links
+from ccddp.backend.links import domain_links, prove_domains
 from ccddp.bench.options import trust_domains_setting
 from ccddp.bench.reference import all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup
 from ccddp.comm.control import gather_json
-from ccddp.comm.domains import DomainMap, resolve as resolve_domains
+from ccddp.comm.domains import DomainMap
 from ccddp.comm.hierarchy import DomainLinks, hierarchical_all_reduce, hierarchical_broadcast, hierarchical_reduce_scatter
 from ccddp.comm.reduce import Reduction
 from ccddp.comm.transport import Transport
@@ -474,7 +474,11 @@ def _case_links(run: "SelftestRun", case_no: int, g: SecureGroup, tag: int, abor
     waiting inside its domain is released when a peer stops."""
     store = dist.PrefixStore(f"ccddp/selftest/{run.report.session_id.hex()}/case-{case_no}/",
                              dist.distributed_c10d._get_default_store())
-    links = domain_links(store, dist.get_rank(), run.domains, g, list(range(dist.get_world_size())),
+    # The case's own proof of the map (on the case's links, before the attack is armed).
+    proven, endpoint = prove_domains(g, run.domains.as_lists())
+    if proven != run.domains:
+        raise ConfigError(f"the case's ranks proved trust domains {proven.as_lists()}, not {run.domains.as_lists()}")
+    links = domain_links(store, dist.get_rank(), proven, endpoint, g, list(range(dist.get_world_size())),
                          timedelta(seconds=run.base.timeout_s + 5))
     for group in (links.local, links.cross):
         if group is not None:
@@ -667,9 +671,18 @@ def _judge_setup(plan: Plan, outcomes: list[dict], problems: list[str]) -> tuple
 def run_selftest(attacks: list[str], collectives: list[str], settings: CommSettings,
                  short_timeout_s: float = 2.0, secret: GroupSecret | None = None,
                  trust_domains="rank") -> list[dict]:
-    """Run every (attack, collective) case on the initialized default process group.
+    """The rows of :func:`run_selftest_over`, without the map."""
+    return run_selftest_over(attacks, collectives, settings, short_timeout_s, secret, trust_domains)[0]
 
-    ``trust_domains`` (a ``CommSettings.trust_domains`` value of at least two domains):
+
+def run_selftest_over(attacks: list[str], collectives: list[str], settings: CommSettings,
+                      short_timeout_s: float = 2.0, secret: GroupSecret | None = None,
+                      trust_domains="rank") -> tuple[list[dict], DomainMap | None]:
+    """Run every (attack, collective) case on the initialized default process group; the
+    rows, and the trust-domain map the ranks proved (None: every rank its own domain).
+
+    ``trust_domains`` (a ``CommSettings.trust_domains`` value of at least two domains,
+    proven as the backend proves it: :func:`ccddp.backend.links.prove_domains`):
     all-reduce, reduce-scatter and broadcast run the backend's hierarchical schedules over
     them, and their attacks strike shard 0's sealed ring across domains; the links inside
     a domain are plaintext by design and not attacked (:func:`plaintext_links` lists
@@ -690,7 +703,6 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
     check_lists(attacks, collectives)
     if dist.get_world_size() < 2:
         raise ConfigError("selftest needs a world size of at least 2")
-    domains = selftest_domains(trust_domains, settings.timeout_s)
     if not settings.secure:
         raise ConfigError(f"selftest checks the secure implementations; impl={settings.impl!r} has no crypto")
     if secret is None and KeyEstablishment.from_env() is None:
@@ -701,10 +713,11 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
     wait_s = 3 * settings.timeout_s + 30
     report = SecureGroup(CommSettings(impl="secure", timeout_s=wait_s), secret, transport=Transport.open(
         dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s)), wait_s))
+    domains = selftest_domains(trust_domains, report)
     run = SelftestRun(secret, settings, short_timeout_s, report, domains)
     try:
         return [run_case(i, attack, collective, run)
-                for i, (attack, collective) in enumerate(cases(attacks, collectives), start=1)]
+                for i, (attack, collective) in enumerate(cases(attacks, collectives), start=1)], domains
     finally:
         # Waits a rank gave up when another stopped end within their timeout; the process
         # must not tear its process groups down under them.
@@ -713,11 +726,13 @@ def run_selftest(attacks: list[str], collectives: list[str], settings: CommSetti
         report.close()
 
 
-def selftest_domains(setting, timeout_s: float) -> DomainMap | None:
-    """The map ``setting`` names on the default group (None: every rank its own domain),
-    refused with a :class:`ConfigError` if it leaves no link across domains to attack."""
-    n = dist.get_world_size()
-    m = resolve_domains(setting, dist.get_rank(), n, Transport(dist.group.WORLD, timeout_s).exchange)
+def selftest_domains(setting, report: SecureGroup) -> DomainMap | None:
+    """The map ``setting`` names, as the ranks prove it over the report's group (None:
+    every rank its own domain), refused with a :class:`ConfigError` if it leaves no link
+    across domains to attack."""
+    m, endpoint = prove_domains(report, setting)
+    if endpoint is not None:
+        endpoint.close()            # each case proves the map again, on links of its own
     if m.trivial:
         return None
     if len(m.domains) < 2:
@@ -806,11 +821,8 @@ def main() -> None:
     attacks, collectives = parse_lists(args)
     init_from_env(max(30.0, 3 * args.timeout))
     settings = CommSettings(impl=args.impl, segment_bytes=_SEGMENT, chains=2, timeout_s=args.timeout)
-    # Resolved here, on every rank ("node" asks every rank where it runs), then passed on
-    # as the explicit map.
-    domains = selftest_domains(trust_domains_setting(args.trust_domains), settings.timeout_s)
-    rows = run_selftest(attacks, collectives, settings, args.stall_timeout,
-                        trust_domains=domains.as_lists() if domains is not None else "rank")
+    rows, domains = run_selftest_over(attacks, collectives, settings, args.stall_timeout,
+                                      trust_domains=trust_domains_setting(args.trust_domains))
     if dist.get_rank() == 0 and args.json:
         # Written before a failure is raised, so the CLI can show the table either way.
         from ccddp.bench.machine import machine_info

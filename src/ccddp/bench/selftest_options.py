@@ -62,8 +62,9 @@ def plaintext_links(domains: list[list[int]]) -> list[dict]:
     """
     return [{"domain": list(d), "links": [f"{a}<->{b}" for i, a in enumerate(d) for b in d[i + 1:]],
              "status": "plaintext by design, not attacked",
-             "why": "ranks of one trust domain share its boundary; these links are bound to loopback and carry "
-                    "only the phases of the hierarchical collectives inside the domain"}
+             "why": "ranks of one trust domain proved they share a machine (AF_UNIX links answered under the "
+                    "session key, never TCP) and carry only the phases of the hierarchical collectives inside "
+                    "the domain"}
             for d in domains if len(d) > 1]
 
 

@@ -103,6 +103,21 @@ def prepare_json_output(args: argparse.Namespace) -> None:
             raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
 
 
+#: What the ``bench`` extra installs (pyproject.toml), by import name: a command that
+#: needs one of them on a core install says which extra to install instead of a traceback.
+BENCH_EXTRA_MODULES = frozenset({"transformers", "torch_geometric", "matplotlib", "scipy"})
+
+
+def missing_extra(e: ModuleNotFoundError, command: str | None) -> str | None:
+    """The one-line answer to a command that needs the ``bench`` extra, or None when the
+    missing module is not one of the extra's."""
+    name = (e.name or "").split(".")[0]
+    if name not in BENCH_EXTRA_MODULES:
+        return None
+    return (f"`ccddp {command}` needs the measuring tools (no module named {name!r}): "
+            "pip install 'ccddp[bench]' (from a checkout: pip install -e '.[bench]')")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
@@ -110,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except CCDDPError as e:
         print(f"ccddp: error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        answer = missing_extra(e, args.command)
+        if answer is None:
+            raise
+        print(f"ccddp: error: {answer}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ccddp: interrupted", file=sys.stderr)

@@ -5,17 +5,18 @@ Hopper CC node) may exchange plaintext; only what crosses from one domain to ano
 be sealed. The setting (``CommSettings.trust_domains``) is one of
 
 - ``"rank"`` (default): every rank is its own domain: every link is sealed;
-- ``"node"``: the ranks of one torchrun node (``GROUP_RANK``) on one host share a domain;
+- ``"node"``: the ranks that prove they share a machine (and torchrun node, ``GROUP_RANK``)
+  share a domain;
 - an explicit map: a list of domains, each a list of group ranks, covering every rank once
   (``[[0, 1], [2, 3]]``; in ``CCDDP_SETTINGS`` as JSON).
 
-:func:`resolve` turns the setting into a :class:`DomainMap`. Every rank must arrive at the
-same map: it is bound into the group's session transcript, so ranks that disagree, or a
-host that makes them disagree, fail the setup with a :class:`ConfigError` on every rank.
-A map the host *can* make every rank agree on (by lying about where the ``node`` ranks
-run) cannot leak: the plaintext links inside a domain are bound to the loopback interface
-(:mod:`ccddp.backend.process_group`), so a "domain peer" on another machine is never
-reached and the group fails to connect.
+Membership is proven, never reported: ranks share a domain only after each reached the
+other over a link that cannot leave its machine and answered a challenge under the
+session's key (:mod:`ccddp.backend.local_links`); :func:`from_proofs` turns the setting
+and every rank's proofs (exchanged sealed, so every rank sees the same) into a
+:class:`DomainMap`. The setting itself is bound into the session transcript, so ranks that
+ask for different maps fail the setup with a :class:`ConfigError` on every rank. Nothing
+the host relays -- host names, addresses, ranks -- can put two ranks in one domain.
 
 Example::
 
@@ -27,9 +28,7 @@ Example::
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
-from typing import Callable
 
 from ccddp.errors import ConfigError
 
@@ -119,23 +118,67 @@ class DomainMap:
 
 
 def node_key() -> str:
-    """What ``"node"`` groups ranks by: the host and torchrun's node rank (two agents on
-    one host are two nodes)."""
-    return f"{socket.gethostname()}/{os.environ.get('GROUP_RANK', '0')}"
+    """What ``"node"`` also splits by: torchrun's node rank (two agents on one machine are
+    two nodes). Host-reported, so it can only split a proven domain, never join ranks."""
+    return os.environ.get("GROUP_RANK", "0")
 
 
-def resolve(setting, rank: int, world_size: int, exchange: Callable[[bytes], "list[bytes]"]) -> DomainMap:
-    """The map ``setting`` names for this group. ``"node"`` learns every rank's
-    :func:`node_key` through ``exchange`` (plaintext, host-controlled: the session then
-    checks that every rank derived the same map, and the loopback-bound domain links check
-    that a domain's ranks really share a host)."""
+def candidates(setting, rank: int, world_size: int) -> list[int]:
+    """The group ranks ``rank`` must prove it shares a machine with: every other rank for
+    ``"node"``, its claimed domain's for an explicit map, none for ``"rank"``."""
     setting = check_setting(setting)
     if setting == "rank":
-        return DomainMap.singletons(world_size)
+        return []
     if setting == "node":
-        keys = [b.decode(errors="replace") for b in exchange(node_key().encode())]
-        groups: dict[str, list[int]] = {}
-        for r, k in enumerate(keys):
-            groups.setdefault(k, []).append(r)
-        return DomainMap.of(list(groups.values()), world_size)
-    return DomainMap.of(setting, world_size)
+        return [r for r in range(world_size) if r != rank]
+    return [r for r in DomainMap.of(setting, world_size).members(rank) if r != rank]
+
+
+def from_proofs(setting, world_size: int, proven: list[set[int]], keys: list[str]) -> tuple[DomainMap, list[str]]:
+    """The map, from what every rank proved (``proven[r]``: the ranks ``r`` reached over a
+    link that cannot leave its machine and that answered under the session key; see
+    :mod:`ccddp.backend.local_links`) and its node key. Two ranks share a domain only if
+    each proved the other. Returns the map and warnings.
+
+    - explicit map: every pair of a claimed domain must have proven itself, else a
+      :class:`ConfigError` on every rank naming the pairs that did not;
+    - ``"node"``: ranks with one node key that proved each other; where proofs do not
+      form cliques (a rank reached some of its node's ranks but not others), the ranks
+      involved are split into domains of one (sealed), with a warning.
+
+    Every rank computes the same result from the same (authenticated) reports.
+    """
+    setting = check_setting(setting)
+    if setting == "rank":
+        return DomainMap.singletons(world_size), []
+
+    def mutual(a: int, b: int) -> bool:
+        return b in proven[a] and a in proven[b]
+
+    if setting != "node":
+        claimed = DomainMap.of(setting, world_size)
+        unproven = [(a, b) for d in claimed.domains for i, a in enumerate(d) for b in d[i + 1:] if not mutual(a, b)]
+        if unproven:
+            pairs = ", ".join(f"{a} and {b}" for a, b in unproven)
+            raise ConfigError(f"trust_domains {claimed.as_lists()}: ranks {pairs} claim one trust domain but did not "
+                              "prove they share a machine (a local link answered under the session key); "
+                              "their links would carry plaintext, so the group is refused")
+        return claimed, []
+    domains, warnings, placed = [], [], set()
+    for r in range(world_size):
+        if r in placed:
+            continue
+        mates = [s for s in range(world_size) if s not in placed and keys[s] == keys[r] and (s == r or mutual(r, s))]
+        if all(mutual(a, b) for i, a in enumerate(mates) for b in mates[i + 1:]):
+            domains.append(mates)
+            placed.update(mates)
+        else:
+            warnings.append(f"ranks {mates} proved only some of each other: each is its own trust domain")
+            domains.extend([m] for m in mates)
+            placed.update(mates)
+    same_key = [r for r in range(world_size) if sum(keys[s] == keys[r] for s in range(world_size)) > 1]
+    alone = [r for r in same_key if not any(len(d) > 1 and r in d for d in domains)]
+    if alone:
+        warnings.append(f"ranks {alone} report a node shared with other ranks but proved it with none: "
+                        "their links are sealed")
+    return DomainMap.of(domains, world_size), warnings

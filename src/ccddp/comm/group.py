@@ -27,7 +27,6 @@ import torch
 import torch.distributed as dist
 
 from ccddp.comm.channels import LinkChannels
-from ccddp.comm.domains import DomainMap
 from ccddp.comm.frames import FrameArena
 from ccddp.comm.settings import CommSettings
 from ccddp.comm.transport import Transport
@@ -46,7 +45,7 @@ class SecureGroup:
     def __init__(self, settings: CommSettings | None = None, secret: GroupSecret | None = None,
                  pg: dist.ProcessGroup | None = None, *, recorder: NonceRecorder | None = None,
                  transport: Transport | None = None, establishment: KeyEstablishment | None = None,
-                 ranks: list[int] | None = None, domains: DomainMap | None = None) -> None:
+                 ranks: list[int] | None = None) -> None:
         if pg is None and not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized: call dist.init_process_group first")
         self.settings = settings or CommSettings()
@@ -72,10 +71,12 @@ class SecureGroup:
         # hashed into the session id, so keys are bound to it.
         # ``ranks``: the global ranks of a bare gloo backend, which torch does not know.
         ranks = ranks if ranks is not None else dist.get_process_group_ranks(self.pg)
-        self.domains = domains or DomainMap.singletons(self.world_size)
+        # The trust-domain setting as asked for ("node", or the claimed map): which ranks
+        # really share a domain is proven after the session exists (ccddp.backend.links).
+        domains = self.settings.trust_domains
         context = {"world size": self.world_size, "group ranks": list(ranks),
                    "collective settings": self.settings.fingerprint(),
-                   "trust domains": self.domains.as_lists()}
+                   "trust domains": domains if isinstance(domains, str) else [list(d) for d in domains]}
         self.keys: EstablishedKeys | None = None
         if establishment is not None:
             if secret is not None:

@@ -4,7 +4,7 @@ sealed only across domains.
 With ``k`` shards (the smallest domain's size, :attr:`DomainMap.shards`), the buffer is cut
 into ``k`` chunks, and rank ``l`` of every domain (its local index) holds shard ``l``:
 
-1. inside each domain, in plaintext on its loopback-bound links, a reduce-scatter leaves
+1. inside each domain, in plaintext on its local links (AF_UNIX, to ranks that proved they share the machine), a reduce-scatter leaves
    each rank ``l < k`` with its domain's reduction of shard ``l`` (in a domain larger than
    ``k``, ranks ``>= k`` hold an empty shard);
 2. across domains, the ranks holding shard ``l`` run a sealed all-reduce of it: one ring
@@ -69,8 +69,9 @@ from ccddp.errors import ConfigError, FrameLabel
 @dataclass
 class DomainLinks:
     """What a rank needs for the hierarchical schedule: the map, its rank, its domain's
-    plaintext group (the engine's unsealed ring, ``impl="ring"``, on a bare gloo backend
-    over the domain's ranks bound to loopback), and the sealed group of its shard's ring
+    plaintext group (the engine's unsealed ring, ``impl="ring"``, on the domain's local
+    links: AF_UNIX, to ranks that proved they share the machine), and the sealed group of
+    its shard's ring
     across domains (None when it holds no shard, or when there is one domain)."""
 
     map: DomainMap
@@ -92,7 +93,7 @@ def hierarchical_all_reduce(links: DomainLinks, flat: torch.Tensor, reduction: R
     bounds = sized_bounds(sizes)
     within = Reduction.SUM if reduction == Reduction.AVG else reduction   # AVG: divided once, at the end
     # All in place: each phase leaves in ``flat`` what the next one reads.
-    # Phase 1: this rank's shard, reduced over its domain (in plaintext, on loopback).
+    # Phase 1: this rank's shard, reduced over its domain (in plaintext, on the domain's local links).
     if g > 1:
         run_reduce_scatter_in_place(local, flat, within, bounds)
     a, b = bounds[mine]
@@ -157,7 +158,7 @@ def hierarchical_reduce_scatter(links: DomainLinks, out: torch.Tensor, inp: torc
     work = torch.cat([inp[r * c:(r + 1) * c] for shard in layout for owners in shard for r in owners])
     shard_bounds = sized_bounds([sum(len(o) for o in shard) * c for shard in layout] + [0] * (g - k))
     within = Reduction.SUM if reduction == Reduction.AVG else reduction   # AVG: divided once, at the end
-    # Phase 1: this rank's shard, reduced over its domain (in plaintext, on loopback).
+    # Phase 1: this rank's shard, reduced over its domain (in plaintext, on the domain's local links).
     if g > 1:
         run_reduce_scatter_in_place(local, work, within, shard_bounds)
     if mine < k:
@@ -168,7 +169,7 @@ def hierarchical_reduce_scatter(links: DomainLinks, out: torch.Tensor, inp: torc
             run_reduce_scatter_in_place(links.cross, work[a:b], within, regions)
         start = a + regions[d][0]
         out.copy_(work[start:start + c])
-        # Phase 3: the chunks of the ranks this one carries, to them (plaintext, on loopback).
+        # Phase 3: the chunks of the ranks this one carries, to them (plaintext, on the domain's local links).
         _hand_over(local, [(m.local_index(r), work[start + j * c:start + (j + 1) * c])
                            for j, r in enumerate(layout[mine][d]) if j > 0])
     else:

@@ -173,10 +173,9 @@ class CommSettings:
     def fingerprint(self) -> str:
         """Everything two ranks must agree on (timeouts, local thread counts, the local
         crypto engine and the placement of device tensors, whose frames are the same
-        either way, may differ; the trust-domain map is compared as resolved, not as asked
-        for)."""
+        either way, may differ; the trust-domain setting is agreed on by itself)."""
         d = self.as_dict()
-        # trust_domains: the resolved map is agreed on by itself (SecureGroup's "trust domains").
+        # trust_domains: agreed on by itself (SecureGroup's "trust domains" context).
         for local in ("timeout_s", "chains", "aead_engine", "pad_budget_bytes", "placement", "trust_domains"):
             d.pop(local)
         return json.dumps(d, sort_keys=True)

@@ -44,6 +44,12 @@ TILE_BLOCKS_GPU = 128
 TILE_BLOCKS_INTERPRETED = 8192
 WARPS_GPU = 8
 FINISH_TILES = 256            # tile partials a finish program XORs per step
+# What the kernels can index. ctr_open and keystream number a segment's bytes in int32
+# (block index * 16 + column, up to one tile past the end), so a segment stays a widest
+# tile short of 2^31 bytes; and a launch's segments are its grid's second axis, which CUDA
+# caps at 65,535. Larger work is refused (ConfigError), not indexed wrong.
+MAX_SEGMENT_BYTES = (1 << 31) - 16 * max(TILE_BLOCKS_GPU, TILE_BLOCKS_INTERPRETED)
+MAX_SEGMENTS_PER_LAUNCH = 65_535
 
 # The interpreter patches triton.language while a kernel runs: one launch at a time.
 _LAUNCH_LOCK = threading.Lock()
@@ -231,6 +237,7 @@ class DeviceAESGCM:
         _check_u8("pad", pad)
         if not segments:
             return
+        self._check_launch(segments)
         for s in segments:
             self._check_segment(s)
             if s.pad_offset is None or s.pad_offset < 0 or s.pad_offset + pad_bytes(s.length) > pad.numel():
@@ -259,6 +266,16 @@ class DeviceAESGCM:
             raise ValueError("nonce must be 12 bytes")
         if s.length < 0 or s.length > (1 << 36) - 32:
             raise ValueError("segment length out of range for AES-GCM")
+        if s.length > MAX_SEGMENT_BYTES:
+            raise ConfigError(f"a device AES-GCM segment holds at most {MAX_SEGMENT_BYTES} bytes (the kernels "
+                              f"index it in int32), got {s.length}: cut the message into smaller segments")
+
+    @staticmethod
+    def _check_launch(segments: list[Segment]) -> None:
+        """Before any per-segment work: a launch's segments are one grid axis."""
+        if len(segments) > MAX_SEGMENTS_PER_LAUNCH:
+            raise ConfigError(f"one device AES-GCM launch takes at most {MAX_SEGMENTS_PER_LAUNCH} segments (CUDA's "
+                              f"grid limit), got {len(segments)}: split the batch")
 
     def _device_key(self, device: torch.device) -> _DeviceKey:
         if device not in self._per_device:
@@ -293,6 +310,7 @@ class DeviceAESGCM:
             raise ValueError("data, out and pad must be on the same device")
         if not segments:
             return []
+        self._check_launch(segments)
         tag_in, tag_out = (0, TAG_BYTES) if seal else (TAG_BYTES, 0)
         use_pad = pad is not None
         if use_pad:

@@ -200,11 +200,16 @@ def gcm_finish(desc_ptr, src_ptr, dst_ptr, part_ptr, ok_ptr, max_tiles, SEAL: tl
     mask = desc_ptr + s * DESC_FIELDS + 9
     acc_h = tl.zeros([1], tl.uint64) + tl.load(mask).to(tl.uint64, bitcast=True)
     acc_l = tl.zeros([1], tl.uint64) + tl.load(mask + 1).to(tl.uint64, bitcast=True)
-    for t0 in range(0, tiles, T):
+    # A while loop, not range(0, tiles, T): Triton 3.6's interpreter cannot take a range
+    # whose bound is a kernel value ("only 0-dimensional arrays can be converted to Python
+    # scalars"); a while loop interprets on 3.6 and 3.9 and compiles to the same loop.
+    t0 = 0
+    while t0 < tiles:
         t = t0 + tl.arange(0, T)
         at = part_ptr + (s * max_tiles + t) * 2
         acc_h ^= _xor_rows(tl.reshape(tl.load(at, mask=t < tiles, other=0), [1, T]), 1, LOG_T)
         acc_l ^= _xor_rows(tl.reshape(tl.load(at + 1, mask=t < tiles, other=0), [1, T]), 1, LOG_T)
+        t0 += T
     tag = tl.reshape(_to_bytes(acc_h, acc_l), [16])
     col = tl.arange(0, 16)
     if SEAL:
