@@ -48,6 +48,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dist_util
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 
@@ -78,10 +80,8 @@ def why_not() -> str | None:
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of a process started in a namespace: this one's, with ``src`` and
     the tests first on PYTHONPATH (the rest kept), one thread per process."""
-    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(HERE), *rest]), OMP_NUM_THREADS="1")
+    env = dist_util.child_env({"OMP_NUM_THREADS": "1", **extra})
     env.pop("CCDDP_GROUP_SECRET_FILE", None)
-    env.update(extra)
     return env
 
 

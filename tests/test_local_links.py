@@ -27,7 +27,7 @@ import torch.distributed as dist
 from ccddp.backend.local_links import LocalEndpoint, LocalLinkSet, socket_name
 from ccddp.comm.domains import DomainMap, candidates, from_proofs
 from ccddp.errors import ConfigError, PeerTimeoutError
-from dist_util import RankFailure, run_ranks
+from dist_util import RankFailure, child_env, run_ranks
 
 SECRET = "4c7e19b2d8a05f36e1c94b7a2d6f803e5b1c9a7d2e4f6083b5a7c9e1d3f50b28"
 KEY = bytes(range(32))
@@ -349,8 +349,7 @@ def test_link_setup_ends_within_the_timeout_when_the_host_leaves_both_ends_waiti
     from pathlib import Path
 
     here = Path(__file__).parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here.parent / "src"), str(here)]
-                                                      + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    env = child_env()
     r = subprocess.run([sys.executable, "-c", "import test_local_links as t; t._withheld_connections()"],
                        cwd=here, env=env, capture_output=True, text=True, timeout=120)
     outcome = {int(k): v for k, v in json.loads(r.stdout.strip().splitlines()[-1]).items()}

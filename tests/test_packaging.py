@@ -1,6 +1,8 @@
-"""The product installs with its core dependencies alone (torch, cryptography, numpy):
-the backend, DDP on it and ``ccddp launch`` run in interpreters where the ``bench``
-extra's packages cannot be imported. Each check runs in fresh interpreters (a launch's
+"""The product installs with its core dependencies alone (torch, cryptography, numpy, and
+rich and psutil for the self-test's tables and stopping a launch): the backend, DDP on it,
+``ccddp launch``, ``ccddp selftest`` and ``ccddp simulate`` run in interpreters where the
+``bench`` extra's packages cannot be imported, and a command that needs the extra says so
+in one line (exit 2, no traceback). Each check runs in fresh interpreters (a launch's
 ranks too) whose ``sitecustomize`` makes those imports fail as if nothing were installed.
 """
 
@@ -16,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The bench extra: measuring, modelling and reporting only.
-BENCH_ONLY = ("transformers", "torch_geometric", "matplotlib", "rich", "scipy", "psutil")
+BENCH_ONLY = ("transformers", "torch_geometric", "matplotlib", "scipy")
 SECRET = "7f3c9e21d84ab65f0e12c7d93a5b8e4f61d0c2b79a3e85f4c1b6d2079e8a3f5c"
 
 BLOCKER = f"""
@@ -25,7 +27,8 @@ import importlib.abc, sys
 class _NotInstalled(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in {BENCH_ONLY!r}:
-            raise ImportError(f"{{name}} is not installed (blocked by the packaging test)")
+            # What Python raises for a package that is not installed.
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by the packaging test)", name=name)
         return None
 
 sys.meta_path.insert(0, _NotInstalled())
@@ -45,7 +48,7 @@ def _run(argv: list[str], tmp_path: Path, timeout: float = 300) -> subprocess.Co
 
 
 def test_the_blocker_blocks(tmp_path):
-    done = _run([sys.executable, "-c", "import rich"], tmp_path)
+    done = _run([sys.executable, "-c", "import matplotlib"], tmp_path)
     assert done.returncode != 0 and "blocked by the packaging test" in done.stderr
 
 
@@ -115,13 +118,33 @@ def test_stopping_a_launch_needs_no_psutil(tmp_path, monkeypatch):
             proc.kill()
 
 
-def test_the_core_dependencies_are_torch_cryptography_and_numpy():
+def test_the_core_dependencies_are_torch_cryptography_numpy_and_the_self_tests_tables():
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = {d.split(">")[0].split("=")[0].split("<")[0].strip() for d in project["dependencies"]}
-    assert names == {"torch", "cryptography", "numpy"}
+    # rich and psutil: `ccddp selftest` (the cluster's security check) and `simulate` run on
+    # the core install (test_selftest_and_simulate_need_only_the_core_dependencies).
+    assert names == {"torch", "cryptography", "numpy", "rich", "psutil"}
     extras = project["optional-dependencies"]
     for name in BENCH_ONLY:
         assert any(d.startswith(name) for d in extras["bench"]), name
     assert "ccddp[bench]" in extras["test"]
     assert sum(d.startswith("scipy") for d in extras["bench"]) == 1
+
+
+def test_selftest_and_simulate_need_only_the_core_dependencies(tmp_path):
+    done = _run([sys.executable, "-m", "ccddp.cli", "simulate", "--workload", "bert-base", "--gpus", "8"], tmp_path)
+    assert done.returncode == 0 and "bert-base" in done.stdout, done.stderr[-3000:]
+    done = _run([sys.executable, "-m", "ccddp.cli", "selftest", "--world-size", "2", "--attacks", "flip",
+                 "--collectives", "all_reduce"], tmp_path)
+    assert done.returncode == 0 and "1 of 1 cases passed" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("args", [["train", "--workload", "graphsage", "--size", "tiny", "--steps", "1"],
+                                  ["characterize", "--quick", "--out", "out"]])
+def test_a_command_that_needs_the_bench_extra_says_so_in_one_line(tmp_path, args):
+    done = _run([sys.executable, "-m", "ccddp.cli", *args], tmp_path)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ccddp: error:")]
+    assert len(errors) == 1 and "pip install 'ccddp[bench]'" in errors[0], done.stderr
