@@ -61,7 +61,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ccddp.crypto.keys import KEY_BYTES, SESSION_ID_BYTES, GroupSecret, _hkdf, derive_link_key
 from ccddp.crypto.wirejson import parse_json
-from ccddp.errors import CCDDPError, ConfigError, one_line
+from ccddp.errors import AttestationError, ConfigError, EstablishmentError, one_line
 
 ENV_IDENTITY = "CCDDP_IDENTITY"
 ENV_ALLOWLIST = "CCDDP_ALLOWLIST"
@@ -77,11 +77,6 @@ _CONFIRM_BYTES = 16
 _WRAPPED_BYTES = KEY_BYTES + 16
 _LABEL = b"ccddp/v1/est/"
 _OK, _FAIL = b"\x00", b"\x01"   # the first byte of a round-2 reply or a verdict
-
-
-class EstablishmentError(CCDDPError):
-    """Key establishment failed: a peer's identity is not trusted, a signature does not
-    verify, or ranks saw different exchanges. Raised on every rank of the group."""
 
 
 Exchange = Callable[[bytes], "list[bytes]"]
@@ -395,10 +390,14 @@ class KeyEstablishment:
         blobs = exchange(mine)
 
         problem, names, msgs = None, [], []
+        # The claim of a refused attestation, kept so this rank raises AttestationError
+        # (naming it) after the rounds that tell every peer, not a bare EstablishmentError.
+        claim: str | None = None
         try:
             msgs, names = self._check_round1(rank, world_size, context, mine, blobs)
         except EstablishmentError as e:
             problem = str(e)
+            claim = e.claim if isinstance(e, AttestationError) else None
 
         transcript = hashlib.sha256(_LABEL + b"transcript" +
                                     b"".join(struct.pack(">I", len(b)) + bytes(b) for b in blobs)).digest()
@@ -431,6 +430,8 @@ class KeyEstablishment:
         # denies service.
         verdicts = exchange(self._verdict(rank, world_size, problem, pair, transcript))
         if keys is None:
+            if claim is not None:
+                raise AttestationError(problem, claim=claim)
             raise EstablishmentError(problem)
         self._check_verdicts(rank, world_size, pair, transcript, verdicts)
         return keys

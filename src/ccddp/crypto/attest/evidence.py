@@ -1,0 +1,59 @@
+"""The evidence a rank sends: an SEV-SNP report and (optionally) its VCEK certificate.
+
+Wire format (all lengths checked before anything is parsed; nothing is unpickled)::
+
+    b"CCDDPSNP" | version u8 (1) | report length u32 BE (1184) | report
+                | VCEK length u32 BE (0..16384) | VCEK certificate (DER)
+
+A bare 1184-byte report (what ``/dev/sev-guest`` and ``snpguest`` save) is accepted too,
+with no VCEK: then the VCEK must be among the staged certificates.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ccddp.crypto.attest.snp import REPORT_BYTES
+from ccddp.errors import AttestationError
+
+MAGIC = b"CCDDPSNP"
+VERSION = 1
+MAX_VCEK_BYTES = 1 << 14      # a VCEK is ~1.4 KiB
+MAX_EVIDENCE_BYTES = len(MAGIC) + 1 + 4 + REPORT_BYTES + 4 + MAX_VCEK_BYTES
+
+
+def _fail(message: str) -> AttestationError:
+    return AttestationError(f"SEV-SNP evidence refused, claim 'evidence.format': {message}", claim="evidence.format")
+
+
+def encode_evidence(report: bytes, vcek_der: bytes | None = None) -> bytes:
+    vcek_der = vcek_der or b""
+    if len(report) != REPORT_BYTES or len(vcek_der) > MAX_VCEK_BYTES:
+        raise _fail(f"cannot encode a {len(report)}-byte report with a {len(vcek_der)}-byte VCEK")
+    return (MAGIC + bytes([VERSION]) + struct.pack(">I", len(report)) + report
+            + struct.pack(">I", len(vcek_der)) + vcek_der)
+
+
+def decode_evidence(blob: bytes) -> tuple[bytes, bytes | None]:
+    """``(report, VCEK DER or None)``, or :class:`AttestationError` (claim
+    ``evidence.format``) for anything truncated, oversized or unknown."""
+    blob = bytes(blob)
+    if len(blob) > MAX_EVIDENCE_BYTES:
+        raise _fail(f"evidence is {len(blob)} bytes; at most {MAX_EVIDENCE_BYTES} are accepted")
+    if not blob.startswith(MAGIC):
+        if len(blob) == REPORT_BYTES:
+            return blob, None
+        raise _fail(f"evidence of {len(blob)} bytes is neither ccddp SNP evidence nor a "
+                    f"{REPORT_BYTES}-byte report (unknown or missing TEE evidence)")
+    head = len(MAGIC) + 1 + 4
+    if len(blob) < head or blob[len(MAGIC)] != VERSION:
+        raise _fail("truncated header or unknown evidence version")
+    (rlen,) = struct.unpack_from(">I", blob, len(MAGIC) + 1)
+    if rlen != REPORT_BYTES or len(blob) < head + rlen + 4:
+        raise _fail(f"report length {rlen} (must be {REPORT_BYTES}) or evidence truncated")
+    report = blob[head:head + rlen]
+    (vlen,) = struct.unpack_from(">I", blob, head + rlen)
+    if vlen > MAX_VCEK_BYTES or len(blob) != head + rlen + 4 + vlen:
+        raise _fail(f"VCEK length {vlen} does not match the evidence's size {len(blob)}")
+    vcek = blob[head + rlen + 4:]
+    return report, (vcek or None)
