@@ -38,7 +38,8 @@ _TCB = ("bootloader", "tee", "snp", "microcode")
 
 
 def _bad(field: str, message: str) -> AttestationError:
-    return AttestationError(f"attestation policy: field {field!r}: {message}", claim=f"policy_file.{field}")
+    return AttestationError(f"attestation policy file refused, claim 'policy_file.{field}': field {field!r} "
+                            f"{message}", claim=f"policy_file.{field}")
 
 
 def _hexes(field: str, value: object, nbytes: int) -> frozenset[bytes]:
@@ -85,7 +86,7 @@ class SnpPolicy:
     def from_mapping(cls, doc: dict) -> "SnpPolicy":
         unknown = sorted(set(doc) - _SNP)
         if unknown:
-            raise _bad(f"snp.{unknown[0]}", f"unknown field (known: {sorted(_SNP)})")
+            raise _bad(f"snp.{unknown[0]}", f"is unknown (known: {sorted(_SNP)})")
         if "measurements" not in doc:
             raise _bad("snp.measurements", "is required: the launch measurements you accept")
         meas = _hexes("snp.measurements", doc["measurements"], 48)
@@ -96,7 +97,7 @@ class SnpPolicy:
             raise _bad("snp.min_tcb", "must be a table {bootloader, tee, snp, microcode}")
         unknown = sorted(set(tcb_doc) - set(_TCB))
         if unknown:
-            raise _bad(f"snp.min_tcb.{unknown[0]}", f"unknown component (known: {list(_TCB)})")
+            raise _bad(f"snp.min_tcb.{unknown[0]}", f"is an unknown component (known: {list(_TCB)})")
         tcb = TcbVersion(**{k: _uint(f"snp.min_tcb.{k}", tcb_doc.get(k, 0), 255) for k in _TCB})
         return cls(measurements=meas,
                    allow_debug=_flag("snp.allow_debug", doc.get("allow_debug", False)),
@@ -157,7 +158,7 @@ class AttestationPolicy:
             raise _bad("toml", f"is not valid TOML: {e}") from None
         unknown = sorted(set(doc) - _TOP)
         if unknown:
-            raise _bad(unknown[0], f"unknown field (known: {sorted(_TOP)})")
+            raise _bad(unknown[0], f"is unknown (known: {sorted(_TOP)})")
         if doc.get("format") != POLICY_FORMAT:
             raise _bad("format", f"must be {POLICY_FORMAT!r}, got {doc.get('format')!r}")
         snp = doc.get("snp")
@@ -173,10 +174,10 @@ class AttestationPolicy:
         try:
             size = p.stat().st_size
             if size > _MAX_POLICY_BYTES:
-                raise _bad("file", f"{p} is {size} bytes; a policy is at most {_MAX_POLICY_BYTES}")
+                raise _bad("file", f"is too large: {p} is {size} bytes; a policy is at most {_MAX_POLICY_BYTES}")
             text = p.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise _bad("file", f"{p} does not exist") from None
+            raise _bad("file", f"is missing: {p} does not exist") from None
         except (OSError, UnicodeDecodeError) as e:
-            raise _bad("file", f"{p} cannot be read: {e}") from None
+            raise _bad("file", f"cannot be read: {p}: {e}") from None
         return cls.from_toml(text)
