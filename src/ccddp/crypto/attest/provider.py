@@ -60,9 +60,11 @@ def parse_cert_table(aux: bytes) -> bytes | None:
 class SnpProvider:
     """This machine's SEV-SNP report for 64 bytes of user data."""
 
-    def __init__(self, tsm_root: str = TSM_ROOT, sev_guest: str = SEV_GUEST) -> None:
-        self.tsm_root = Path(tsm_root)
-        self.sev_guest = Path(sev_guest)
+    def __init__(self, tsm_root: str | None = None, sev_guest: str | None = None) -> None:
+        # The module's paths are read here, not bound as defaults, so a test can point
+        # every provider (the CLI's too) at a directory of its own.
+        self.tsm_root = Path(tsm_root or TSM_ROOT)
+        self.sev_guest = Path(sev_guest or SEV_GUEST)
 
     def missing(self) -> str | None:
         """None if an interface exists, else the one-line reason there is no evidence."""

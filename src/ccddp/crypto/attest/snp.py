@@ -346,7 +346,7 @@ class Verdict:
 
 def verify_snp(report_bytes: bytes, trust: TrustStore, policy: "SnpPolicy | None", *,
                expected_report_data: bytes | None, vcek: x509.Certificate | None = None,
-               at: _dt.datetime | None = None) -> list[Verdict]:
+               at: _dt.datetime | None = None, into: list[Verdict] | None = None) -> list[Verdict]:
     """Verify a report end to end; return the claims that passed, in order, or raise
     :class:`AttestationError` naming the first that failed.
 
@@ -354,10 +354,11 @@ def verify_snp(report_bytes: bytes, trust: TrustStore, policy: "SnpPolicy | None
     ``None`` skips that claim, for ``ccddp attest verify`` on a saved report with no
     binding to compare (the verdict then says it was not checked). ``vcek`` is the
     evidence's own VCEK, else one is looked up among the staged ones. ``at`` is the time
-    certificates must be valid at (default: now).
+    certificates must be valid at (default: now). ``into``: a list the passed claims are
+    appended to as they pass (so a caller sees them even when a later claim fails).
     """
     at = at or _dt.datetime.now(_dt.timezone.utc)
-    passed: list[Verdict] = []
+    passed: list[Verdict] = into if into is not None else []
 
     def ok(claim: str, detail: str) -> None:
         passed.append(Verdict(claim, True, detail))
