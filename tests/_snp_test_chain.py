@@ -69,6 +69,22 @@ class TestChain:
                 for n, k in ((1, "bootloader"), (2, "tee"), (3, "snp"), (8, "microcode"))]
         self.vcek = _cert("SEV-VCEK", f"SEV-{PRODUCT}", self.vcek_key.public_key(), ask_key, ext)
 
+    def export(self) -> dict:
+        """What a spawned rank needs (keys do not pickle): certificates and the VCEK key."""
+        pem = serialization.Encoding.PEM
+        return {"chip_id": self.chip_id, "tcb": self.tcb, "ark": self.ark.public_bytes(pem),
+                "ask": self.ask.public_bytes(pem), "vcek": self.vcek.public_bytes(pem),
+                "vcek_key": self.vcek_key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                        serialization.NoEncryption())}
+
+    @classmethod
+    def load(cls, d: dict) -> "TestChain":
+        self = cls.__new__(cls)
+        self.chip_id, self.tcb = d["chip_id"], dict(d["tcb"])
+        self.ark, self.ask, self.vcek = (x509.load_pem_x509_certificate(d[k]) for k in ("ark", "ask", "vcek"))
+        self.vcek_key = serialization.load_pem_private_key(d["vcek_key"], password=None)
+        return self
+
     @property
     def pins(self) -> dict[str, str]:
         der = self.ark.public_key().public_bytes(serialization.Encoding.DER,

@@ -65,6 +65,8 @@ from ccddp.errors import AttestationError, ConfigError, EstablishmentError, one_
 
 ENV_IDENTITY = "CCDDP_IDENTITY"
 ENV_ALLOWLIST = "CCDDP_ALLOWLIST"
+ENV_ATTESTATION_POLICY = "CCDDP_ATTESTATION_POLICY"
+ENV_ATTESTATION_CERTS = "CCDDP_ATTESTATION_CERTS"
 ALLOWLIST_FORMAT = "ccddp-allowlist/1"
 
 _MAGIC = b"ccddp-est/v1"  # 12 bytes
@@ -362,15 +364,35 @@ class KeyEstablishment:
     @classmethod
     def from_env(cls) -> "KeyEstablishment | None":
         """From ``CCDDP_IDENTITY`` (a key file; ``{rank}`` and ``{local_rank}`` are replaced
-        from the environment torchrun sets) and ``CCDDP_ALLOWLIST``; None if unset."""
+        from the environment torchrun sets) and ``CCDDP_ALLOWLIST``; None if unset.
+
+        ``CCDDP_ATTESTATION_POLICY`` (a policy TOML file) turns on SEV-SNP attestation
+        (:class:`ccddp.crypto.attest.SnpVerifier`) with AMD's certificates staged in
+        ``CCDDP_ATTESTATION_CERTS``: every peer must present a report of this machine's
+        hardware bound to its key-exchange message. Then ``CCDDP_IDENTITY`` is optional
+        (a fresh identity key per run: the hardware vouches for the message it signs), and
+        ``CCDDP_ALLOWLIST``, where set, must also list the peer's identity."""
         template = os.environ.get(ENV_IDENTITY)
+        allow = os.environ.get(ENV_ALLOWLIST)
+        policy = os.environ.get(ENV_ATTESTATION_POLICY)
+        path = (template or "").replace("{rank}", os.environ.get("RANK", "0")).replace(
+            "{local_rank}", os.environ.get("LOCAL_RANK", "0"))
+        if policy:
+            from ccddp.crypto.attest import AttestationPolicy, SnpVerifier, TrustStore
+
+            certs = os.environ.get(ENV_ATTESTATION_CERTS)
+            if not certs:
+                raise ConfigError(f"{ENV_ATTESTATION_POLICY} is set but {ENV_ATTESTATION_CERTS} is not: name the "
+                                  "directory holding AMD's ASK/ARK certificates")
+            identity = Identity.from_file(path) if template else Identity.generate(
+                f"rank{os.environ.get('RANK', '0')}")
+            verifier = SnpVerifier(AttestationPolicy.from_file(policy), TrustStore.from_dir(certs),
+                                   allowlist=Allowlist.from_file(allow) if allow else None)
+            return cls(identity, verifier)
         if not template:
             return None
-        allow = os.environ.get(ENV_ALLOWLIST)
         if not allow:
             raise ConfigError(f"{ENV_IDENTITY} is set but {ENV_ALLOWLIST} is not: peers cannot be verified")
-        path = template.replace("{rank}", os.environ.get("RANK", "0")).replace(
-            "{local_rank}", os.environ.get("LOCAL_RANK", "0"))
         return cls(Identity.from_file(path), Allowlist.from_file(allow))
 
     def message(self, rank: int, world_size: int, context: bytes, x25519_public: bytes, nonce: bytes) -> bytes:

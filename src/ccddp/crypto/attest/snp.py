@@ -33,7 +33,7 @@ import struct
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping, Protocol
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -41,9 +41,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa, utils
 
 from ccddp.errors import AttestationError
-
-if TYPE_CHECKING:
-    from ccddp.crypto.attest.policy import SnpPolicy
 
 REPORT_BYTES = 0x4A0          # 1184: every report version so far has this size
 SIGNED_BYTES = 0x2A0          # the signature covers everything before it
@@ -335,6 +332,14 @@ def _vcek_tcb(vcek: x509.Certificate) -> TcbVersion:
 
 # -- verification ----------------------------------------------------------------------
 
+class PolicyCheck(Protocol):
+    """What :func:`verify_snp` asks of a policy (:class:`ccddp.crypto.attest.policy.SnpPolicy`):
+    ``(claim, detail)`` per claim that holds, or :class:`AttestationError`."""
+
+    def check(self, report: "SnpReport") -> list[tuple[str, str]]:
+        ...
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One claim and what was found."""
@@ -344,7 +349,7 @@ class Verdict:
     detail: str
 
 
-def verify_snp(report_bytes: bytes, trust: TrustStore, policy: "SnpPolicy | None", *,
+def verify_snp(report_bytes: bytes, trust: TrustStore, policy: PolicyCheck | None, *,
                expected_report_data: bytes | None, vcek: x509.Certificate | None = None,
                at: _dt.datetime | None = None, into: list[Verdict] | None = None) -> list[Verdict]:
     """Verify a report end to end; return the claims that passed, in order, or raise

@@ -35,8 +35,6 @@ from ccddp.crypto.attest.provider import SnpProvider
 from ccddp.crypto.attest.snp import REPORT_DATA_BYTES, TrustStore, load_certificates, parse_report, verify_snp
 from ccddp.errors import AttestationError
 
-ENV_POLICY = "CCDDP_ATTESTATION_POLICY"
-ENV_CERTS = "CCDDP_ATTESTATION_CERTS"
 
 
 class ReportProvider(Protocol):
