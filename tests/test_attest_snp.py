@@ -268,7 +268,8 @@ BASE = (FIX / "policy_virtee.toml").read_text()
     (BASE.replace("measurements = [\"7a", "measurements = [\"zz"), "policy_file.snp.measurements"),
     (BASE.replace('"7a1e5c266c01', '"'), "policy_file.snp.measurements"),
     ('format = "ccddp-attestation-policy/1"\n[snp]\nmeasurements = []\n', "policy_file.snp.measurements"),
-    ('format = "ccddp-attestation-policy/1"\n', "policy_file.snp"),
+    ('format = "ccddp-attestation-policy/1"\n', "policy_file.tee"),
+    ('format = "ccddp-attestation-policy/1"\nsnp = 3\n', "policy_file.snp"),
     ("this is = = not toml", "policy_file.toml"),
 ])
 def test_policy_file_refuses_unknown_or_malformed_fields(text, field):

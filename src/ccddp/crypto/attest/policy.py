@@ -31,7 +31,7 @@ from ccddp.errors import AttestationError
 
 POLICY_FORMAT = "ccddp-attestation-policy/1"
 _MAX_POLICY_BYTES = 1 << 20
-_TOP = {"format", "snp"}
+_TOP = {"format", "snp", "tdx"}
 _SNP = {"measurements", "allow_debug", "allow_migration_agent", "max_vmpl", "min_guest_svn", "min_tcb",
         "host_data"}
 _TCB = ("bootloader", "tee", "snp", "microcode")
@@ -143,12 +143,79 @@ class SnpPolicy:
         return out
 
 
+_TDX = {"mrtds", "rtmr0", "rtmr1", "rtmr2", "rtmr3", "allow_debug", "min_tee_tcb_svn"}
+
+
+@dataclass(frozen=True)
+class TdxPolicy:
+    """What a TDX quote must show::
+
+        [tdx]
+        mrtds = ["<96 hex digits>"]        # required: the TD images you built
+        rtmr0 = ["<96 hex>"]               # optional, each of rtmr0..rtmr3: accepted values
+        allow_debug = false                # TDATTRIBUTES.DEBUG
+        min_tee_tcb_svn = "<32 hex>"       # each of the 16 TEE_TCB_SVN bytes at least this
+    """
+
+    mrtds: frozenset[bytes]
+    rtmrs: tuple[frozenset[bytes] | None, ...] = (None, None, None, None)
+    allow_debug: bool = False
+    min_tee_tcb_svn: bytes = bytes(16)
+
+    @classmethod
+    def from_mapping(cls, doc: dict) -> "TdxPolicy":
+        unknown = sorted(set(doc) - _TDX)
+        if unknown:
+            raise _bad(f"tdx.{unknown[0]}", f"is unknown (known: {sorted(_TDX)})")
+        if "mrtds" not in doc:
+            raise _bad("tdx.mrtds", "is required: the TD measurements (MRTD) you accept")
+        mrtds = _hexes("tdx.mrtds", doc["mrtds"], 48)
+        if not mrtds:
+            raise _bad("tdx.mrtds", "is empty: no TD would be accepted")
+        rtmrs = tuple(_hexes(f"tdx.rtmr{i}", doc[f"rtmr{i}"], 48) if f"rtmr{i}" in doc else None for i in range(4))
+        svn = doc.get("min_tee_tcb_svn", "00" * 16)
+        try:
+            svn_b = bytes.fromhex(svn) if isinstance(svn, str) else b""
+        except ValueError:
+            svn_b = b""
+        if len(svn_b) != 16:
+            raise _bad("tdx.min_tee_tcb_svn", "must be 32 hex digits (the 16 TEE_TCB_SVN bytes)")
+        return cls(mrtds=mrtds, rtmrs=rtmrs, allow_debug=_flag("tdx.allow_debug", doc.get("allow_debug", False)),
+                   min_tee_tcb_svn=svn_b)
+
+    def check(self, q) -> list[tuple[str, str]]:
+        """The policy's claims on a quote whose signatures verified (a
+        :class:`ccddp.crypto.attest.tdx.TdxQuote`)."""
+        def fail(claim: str, message: str) -> AttestationError:
+            return AttestationError(f"TDX attestation refused, claim {claim!r}: {message}", claim=claim)
+
+        out = []
+        if q.debug and not self.allow_debug:
+            raise fail("policy.debug", f"TDATTRIBUTES {q.td_attributes:#x} has DEBUG set (the host can read the "
+                                       "TD's memory), and the attestation policy forbids it")
+        out.append(("policy.debug", "debug " + ("on (allowed by the policy)" if q.debug else "off")))
+        for i, have in enumerate(q.tee_tcb_svn):
+            if have < self.min_tee_tcb_svn[i]:
+                raise fail("tee_tcb_svn", f"TEE_TCB_SVN byte {i} is {have}, the policy's minimum is "
+                                          f"{self.min_tee_tcb_svn[i]}")
+        out.append(("tee_tcb_svn", f"{q.tee_tcb_svn.hex()} >= {self.min_tee_tcb_svn.hex()}"))
+        if q.mrtd not in self.mrtds:
+            raise fail("mrtd", f"MRTD {q.mrtd.hex()} is not one the policy accepts")
+        out.append(("mrtd", q.mrtd.hex()))
+        for i, accepted in enumerate(self.rtmrs):
+            if accepted is not None and q.rtmrs[i] not in accepted:
+                raise fail(f"rtmr{i}", f"RTMR{i} {q.rtmrs[i].hex()} is not one the policy accepts")
+            out.append((f"rtmr{i}", "accepted" if accepted is not None else "any (the policy lists none)"))
+        return out
+
+
 @dataclass(frozen=True)
 class AttestationPolicy:
-    """A parsed policy file. ``snp`` is None when the file has no ``[snp]`` table (then
-    no SEV-SNP evidence is accepted)."""
+    """A parsed policy file: ``snp`` and ``tdx``, each None when the file has no such
+    table (then no evidence of that kind is accepted); at least one is present."""
 
     snp: SnpPolicy | None
+    tdx: TdxPolicy | None = None
 
     @classmethod
     def from_toml(cls, text: str) -> "AttestationPolicy":
@@ -161,12 +228,14 @@ class AttestationPolicy:
             raise _bad(unknown[0], f"is unknown (known: {sorted(_TOP)})")
         if doc.get("format") != POLICY_FORMAT:
             raise _bad("format", f"must be {POLICY_FORMAT!r}, got {doc.get('format')!r}")
-        snp = doc.get("snp")
-        if snp is not None and not isinstance(snp, dict):
-            raise _bad("snp", "must be a table")
-        if snp is None:
-            raise _bad("snp", "is missing: the policy accepts no evidence at all")
-        return cls(snp=SnpPolicy.from_mapping(snp))
+        snp, tdx = doc.get("snp"), doc.get("tdx")
+        for name, table in (("snp", snp), ("tdx", tdx)):
+            if table is not None and not isinstance(table, dict):
+                raise _bad(name, "must be a table")
+        if snp is None and tdx is None:
+            raise _bad("tee", "is missing: neither [snp] nor [tdx] is given, so the policy accepts no evidence")
+        return cls(snp=SnpPolicy.from_mapping(snp) if snp is not None else None,
+                   tdx=TdxPolicy.from_mapping(tdx) if tdx is not None else None)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "AttestationPolicy":
