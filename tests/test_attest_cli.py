@@ -111,3 +111,21 @@ def test_verify_of_a_debug_vm_against_a_strict_policy(tmp_path, capsys):
     ev.write_bytes(encode_evidence(report, (FIX / "gosev_milan_vcek.der").read_bytes()))
     assert main(["attest", "verify", str(ev), "--policy", str(strict), "--certs", str(FIX / "amd")]) == 2
     assert "FAIL  policy.debug" in capsys.readouterr().out
+
+
+def test_verify_a_genuine_tdx_quote_with_crls(tmp_path, capsys):
+    tdx = FIX / "tdx"
+    raw = (tdx / "spr_e4_quote.dat").read_bytes()
+    ev = tmp_path / "q.dat"
+    ev.write_bytes(raw[:raw.index(b"\nextra")])
+    crls = tmp_path / "crls"
+    crls.mkdir()
+    (crls / "pck.crl").write_bytes((tdx / "pckcrl_platform.der").read_bytes())
+    argv = ["attest", "verify", str(ev), "--policy", str(tdx / "policy_spr.toml"), "--certs", str(crls)]
+    assert main(argv + ["--at", "2023-06-20T00:00"]) == 0
+    out = capsys.readouterr().out
+    assert "ok    certs.crl" in out and "ok    quote.signature" in out and "ok    mrtd" in out
+    assert main(argv) == 2     # today the sample CRL is long past its next update
+    assert "FAIL  certs.crl" in capsys.readouterr().out
+    assert main(["attest", "verify", str(ev), "--policy", str(FIX / "policy_virtee.toml")]) == 2
+    assert "FAIL  policy_file.tdx" in capsys.readouterr().out

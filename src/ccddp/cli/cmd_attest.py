@@ -1,14 +1,15 @@
 """``ccddp attest``: this machine's attestation evidence, or verify a saved one.
 
 ``ccddp attest`` asks the hardware (configfs-tsm, else /dev/sev-guest) for an SEV-SNP
-report and prints its summary (TEE, measurement, TCB, policy); where the machine is not a
-confidential VM it says so in one line and exits 1. ``--out FILE`` saves the evidence
+report or a TDX quote and prints its summary (TEE, measurement, TCB, policy); where the
+machine is not a confidential VM it says so in one line and exits 1. ``--out FILE`` saves the evidence
 (report and, where the host provides it, the VCEK) for ``ccddp attest verify``.
 
-``ccddp attest verify EVIDENCE --policy POLICY.toml --certs DIR`` verifies a saved report
-(ccddp evidence, or a bare 1184-byte report) offline against AMD's chain staged in DIR
-(the ARK's key is pinned) and the policy, printing each claim's verdict; exit 0 when every
-claim holds, 2 when one is refused.
+``ccddp attest verify EVIDENCE --policy POLICY.toml --certs DIR`` verifies a saved SEV-SNP
+report (ccddp evidence, or a bare 1184-byte report) offline against AMD's chain staged in
+DIR (the ARK's key is pinned), or a TDX v4 quote against Intel's root (pinned; the PCK
+chain is in the quote, DIR may hold CRLs), and the policy, printing each claim's verdict;
+exit 0 when every claim holds, 2 when one is refused.
 
 Example::
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-SUMMARY = "print this machine's attestation evidence (SEV-SNP), or verify a saved report"
+SUMMARY = "print this machine's attestation evidence (SEV-SNP, TDX), or verify a saved report or quote"
 
 
 def register(sub) -> None:
@@ -36,8 +37,10 @@ def register(sub) -> None:
                          description="Verify saved SEV-SNP evidence offline and print each claim's verdict.")
     v.add_argument("evidence", metavar="EVIDENCE", help="ccddp evidence (ccddp attest --out) or a 1184-byte report")
     v.add_argument("--policy", required=True, metavar="POLICY.toml", help="the attestation policy")
-    v.add_argument("--certs", required=True, metavar="DIR",
-                   help="AMD's ASK/ARK (the KDS cert_chain of the product) and any VCEKs, as files")
+    v.add_argument("--certs", default=None, metavar="DIR",
+                   help="SEV-SNP: AMD's ASK/ARK (the KDS cert_chain of the product) and any VCEKs, as files "
+                        "(required); TDX: Intel's PCK/root CRLs (*.crl, DER or PEM), optional: the PCK chain "
+                        "travels in the quote")
     v.add_argument("--report-data", default=None, metavar="HEX",
                    help="the REPORT_DATA the report must carry (hex, zero-padded to 64 bytes; default: not compared)")
     v.add_argument("--at", default=None, metavar="ISO-TIME",
@@ -68,10 +71,27 @@ def run_local(args: argparse.Namespace) -> int:
 
     data = _report_data(args.report_data) or os.urandom(64)
     try:
-        report, vcek, source = SnpProvider().report(data)
+        kind, report, vcek, source = SnpProvider().read(data)
     except NoEvidenceError as e:
         print(f"ccddp attest: {e}", file=sys.stderr)
         return 1
+    if kind == "tdx":
+        from ccddp.crypto.attest.tdx import parse_quote
+
+        q = parse_quote(report)
+        print(f"tee            TDX (quote v{q.version}, from {source})")
+        print(f"mrtd           {q.mrtd.hex()}")
+        for i, rtmr in enumerate(q.rtmrs):
+            print(f"rtmr{i}          {rtmr.hex()}")
+        print(f"td attributes  {q.td_attributes:#x} (debug {'on' if q.debug else 'off'})")
+        print(f"tee tcb svn    {q.tee_tcb_svn.hex()}")
+        print(f"report data    {q.report_data.hex()}")
+        print("gpu            not attested by this version (NVIDIA GPU attestation is not built yet)")
+        if args.out:
+            with open(args.out, "wb") as f:
+                f.write(q.raw)
+            print(f"saved          {args.out}")
+        return 0
     r = parse_report(report)
     s = r.summary()
     print(f"tee            SEV-SNP (report v{r.version}, from {source})")
@@ -95,8 +115,10 @@ def run_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ccddp.crypto.attest import AttestationPolicy, TrustStore, verify_snp
-    from ccddp.crypto.attest.evidence import MAX_EVIDENCE_BYTES, decode_evidence
+    from ccddp.crypto.attest.evidence import decode_evidence
+    from ccddp.crypto.attest.tdx import MAX_QUOTE_BYTES
     from ccddp.crypto.attest.snp import Verdict, load_certificates
+    from ccddp.crypto.attest.tdx import looks_like_tdx_quote, verify_tdx
     from ccddp.errors import AttestationError, ConfigError
 
     at = None
@@ -112,15 +134,27 @@ def run_verify(args: argparse.Namespace) -> int:
         try:
             size = path.stat().st_size
             # Bounded before it is read: the file may be anything a host handed over.
-            blob = path.read_bytes() if size <= MAX_EVIDENCE_BYTES else b"\0" * (MAX_EVIDENCE_BYTES + 1)
+            blob = path.read_bytes() if size <= MAX_QUOTE_BYTES else b"\0" * (MAX_QUOTE_BYTES + 1)
         except OSError as e:
             raise ConfigError(f"cannot read evidence {path}: {e.strerror}") from None
-        report, vcek_der = decode_evidence(blob)
         policy = AttestationPolicy.from_file(args.policy)
-        trust = TrustStore.from_dir(args.certs)
-        vcek = load_certificates(vcek_der, f"{path}'s VCEK")[0] if vcek_der else None
-        verify_snp(report, trust, policy.snp, expected_report_data=_report_data(args.report_data), vcek=vcek,
-                   at=at, into=verdicts)
+        if looks_like_tdx_quote(blob):
+            if policy.tdx is None:
+                raise AttestationError("the evidence is a TDX quote and the policy has no [tdx] table",
+                                       claim="policy_file.tdx")
+            verify_tdx(blob, policy.tdx, expected_report_data=_report_data(args.report_data), at=at,
+                       crls=_crls(args.certs), into=verdicts)
+        else:
+            report, vcek_der = decode_evidence(blob)
+            if policy.snp is None:
+                raise AttestationError("the evidence is an SEV-SNP report and the policy has no [snp] table",
+                                       claim="policy_file.snp")
+            if not args.certs:
+                raise ConfigError("an SEV-SNP report needs --certs DIR (AMD's ASK/ARK)")
+            trust = TrustStore.from_dir(args.certs)
+            vcek = load_certificates(vcek_der, f"{path}'s VCEK")[0] if vcek_der else None
+            verify_snp(report, trust, policy.snp, expected_report_data=_report_data(args.report_data), vcek=vcek,
+                       at=at, into=verdicts)
     except AttestationError as e:
         for v in verdicts:
             print(f"ok    {v.claim:<24} {v.detail}")
@@ -131,3 +165,23 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"ok    {v.claim:<24} {v.detail}")
     print(f"verified: {len(verdicts)} claims hold")
     return 0
+
+
+def _crls(certs: str | None) -> list:
+    """CRL files (``*.crl``, DER or PEM) in ``certs``; none if no directory was given."""
+    from pathlib import Path
+
+    from cryptography import x509
+
+    from ccddp.errors import AttestationError
+
+    if not certs:
+        return []
+    out = []
+    for f in sorted(Path(certs).glob("*.crl")):
+        data = f.read_bytes()[:1 << 20]
+        try:
+            out.append(x509.load_pem_x509_crl(data) if b"-----BEGIN" in data else x509.load_der_x509_crl(data))
+        except ValueError as e:
+            raise AttestationError(f"{f} is not a CRL: {e}", claim="certs.crl") from None
+    return out

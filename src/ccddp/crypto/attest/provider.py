@@ -74,19 +74,34 @@ class SnpProvider:
                 f"SEV-SNP guest device ({self.sev_guest}) exists (not a confidential VM, or its guest driver "
                 "is not loaded)")
 
-    def report(self, report_data: bytes) -> tuple[bytes, bytes | None, str]:
-        """``(report, VCEK DER or None, source)``; :class:`NoEvidenceError` if none."""
+    def read(self, report_data: bytes) -> tuple[str, bytes, bytes | None, str]:
+        """``(kind, evidence, VCEK DER or None, source)`` with kind ``"snp"`` (a report) or
+        ``"tdx"`` (a quote, from configfs-tsm's ``tdx_guest`` provider);
+        :class:`NoEvidenceError` if there is none."""
         if len(report_data) != REPORT_DATA_BYTES:
             raise AttestationError(f"user data must be {REPORT_DATA_BYTES} bytes", claim="report_data")
         reason = self.missing()
         if reason is not None:
             raise NoEvidenceError(reason)
         if self.tsm_root.is_dir():
-            report, vcek = self._configfs_tsm(report_data)
+            kind, blob, vcek = self._configfs_tsm(report_data)
             source = "configfs-tsm"
         else:
-            report, vcek = self._sev_guest(report_data), None
+            kind, blob, vcek = "snp", self._sev_guest(report_data), None
             source = str(self.sev_guest)
+        if kind == "tdx":
+            from ccddp.crypto.attest.tdx import parse_quote
+
+            if parse_quote(blob).report_data != report_data:
+                raise AttestationError(f"{source} returned a quote that is not for this user data", claim="provider")
+        return kind, blob, vcek, source
+
+    def report(self, report_data: bytes) -> tuple[bytes, bytes | None, str]:
+        """``(report, VCEK DER or None, source)`` of an SEV-SNP guest; :class:`NoEvidenceError`
+        if there is none (or it is another TEE's)."""
+        kind, report, vcek, source = self.read(report_data)
+        if kind != "snp":
+            raise NoEvidenceError(f"{source} gives {kind.upper()} evidence; an SEV-SNP report was asked for")
         # What comes back is checked to be a report for *our* user data, so a provider bug
         # or a stale blob is caught here rather than as a peer's refusal later.
         if len(report) != REPORT_BYTES or report[0x50:0x90] != report_data:
@@ -94,7 +109,7 @@ class SnpProvider:
                                    "user data", claim="provider")
         return report, vcek, source
 
-    def _configfs_tsm(self, report_data: bytes) -> tuple[bytes, bytes | None]:
+    def _configfs_tsm(self, report_data: bytes) -> tuple[str, bytes, bytes | None]:
         entry = self.tsm_root / f"ccddp-{os.getpid()}-{os.urandom(4).hex()}"
         try:
             entry.mkdir()
@@ -104,9 +119,10 @@ class SnpProvider:
             gen0 = self._read_int(entry / "generation")
             (entry / "inblob").write_bytes(report_data)
             provider = (entry / "provider").read_text().strip()
-            if provider != "sev_guest":
-                raise NoEvidenceError(f"configfs-tsm provider is {provider!r}: only SEV-SNP (sev_guest) evidence "
-                                      "is supported yet")
+            kinds = {"sev_guest": "snp", "tdx_guest": "tdx"}
+            if provider not in kinds:
+                raise NoEvidenceError(f"configfs-tsm provider is {provider!r}: only SEV-SNP (sev_guest) and TDX "
+                                      "(tdx_guest) evidence is supported")
             out = (entry / "outblob").read_bytes()[:_MAX_OUT]
             aux_path = entry / "auxblob"
             aux = aux_path.read_bytes()[:_MAX_AUX] if aux_path.exists() else b""
@@ -123,7 +139,8 @@ class SnpProvider:
                 entry.rmdir()
             except OSError:
                 pass
-        return out, (parse_cert_table(aux) if aux else None)
+        kind = kinds[provider]
+        return kind, out, (parse_cert_table(aux) if aux and kind == "snp" else None)
 
     @staticmethod
     def _read_int(path: Path) -> int | None:
