@@ -33,9 +33,9 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="save the evidence (report and VCEK) to FILE")
     p.set_defaults(func=run_local)
     verbs = p.add_subparsers(dest="verb", metavar="verify", required=False)
-    v = verbs.add_parser("verify", help="verify a saved report against a policy and AMD's chain",
-                         description="Verify saved SEV-SNP evidence offline and print each claim's verdict.")
-    v.add_argument("evidence", metavar="EVIDENCE", help="ccddp evidence (ccddp attest --out) or a 1184-byte report")
+    v = verbs.add_parser("verify", help="verify a saved report or quote against a policy and the vendor's chain",
+                         description="Verify a saved SEV-SNP report or TDX quote offline and print each claim's verdict.")
+    v.add_argument("evidence", metavar="EVIDENCE", help="ccddp evidence (ccddp attest --out), a 1184-byte SEV-SNP report, or a TDX v4 quote")
     v.add_argument("--policy", required=True, metavar="POLICY.toml", help="the attestation policy")
     v.add_argument("--certs", default=None, metavar="DIR",
                    help="SEV-SNP: AMD's ASK/ARK (the KDS cert_chain of the product) and any VCEKs, as files "
