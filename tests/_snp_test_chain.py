@@ -131,6 +131,9 @@ class TestProvider:
         self.chain, self.replay, self.report_kw = chain, replay, report_kw
         self.issued: list[bytes] = []
 
+    def read(self, report_data: bytes) -> tuple[str, bytes, bytes | None, str]:
+        return ("snp", *self.report(report_data))
+
     def report(self, report_data: bytes) -> tuple[bytes, bytes | None, str]:
         if self.replay is not None:
             return self.replay[0], self.replay[1], "test replay"

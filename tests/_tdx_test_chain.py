@@ -83,3 +83,15 @@ class TdxTestChain:
         cert_data = bytes(qe) + _sig(self.pck_key, bytes(qe)) + struct.pack("<H", len(auth)) + auth + inner
         sig_data = _sig(att, header + bytes(body)) + akey + struct.pack("<HI", 6, len(cert_data)) + cert_data
         return header + bytes(body) + struct.pack("<I", len(sig_data)) + sig_data
+
+
+class TdxTestProvider:
+    """TEST ONLY: quotes from a :class:`TdxTestChain` (the hardware provider's ``read``)."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, chain: TdxTestChain, **quote_kw) -> None:
+        self.chain, self.quote_kw = chain, quote_kw
+
+    def read(self, report_data: bytes) -> tuple[str, bytes, None, str]:
+        return "tdx", self.chain.quote(report_data, **self.quote_kw), None, "TEST TDX chain (not hardware)"

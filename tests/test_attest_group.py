@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from _snp_test_chain import MEASUREMENT, TestChain, TestProvider
-from ccddp.crypto.attest import AttestationPolicy, SnpVerifier, TrustStore
+from ccddp.crypto.attest import AttestationPolicy, TeeVerifier, TrustStore
 from ccddp.crypto.attest.evidence import decode_evidence
 from ccddp.crypto.attest.provider import NoEvidenceError
 from ccddp.crypto.attest.snp import POLICY_DEBUG, parse_report
@@ -39,8 +39,8 @@ def _trust(chain: TestChain) -> TrustStore:
     return TrustStore([chain.ask, chain.ark], pins=chain.pins)
 
 
-def _verifier(chain, provider=None, policy=POLICY_TEXT) -> SnpVerifier:
-    return SnpVerifier(AttestationPolicy.from_toml(policy), _trust(chain), provider=provider or TestProvider(chain))
+def _verifier(chain, provider=None, policy=POLICY_TEXT) -> TeeVerifier:
+    return TeeVerifier(AttestationPolicy.from_toml(policy), _trust(chain), provider=provider or TestProvider(chain))
 
 
 def _ids(n):
@@ -74,6 +74,9 @@ class _Relay:
 
     def __init__(self, victim: TestProvider) -> None:
         self.victim = victim
+
+    def read(self, report_data):
+        return ("snp", *self.report(report_data))
 
     def report(self, report_data):
         for _ in range(200):
@@ -135,7 +138,8 @@ def test_attestation_is_selected_from_the_environment(tmp_path, monkeypatch, cha
     monkeypatch.setenv("CCDDP_ATTESTATION_CERTS", str(__import__("pathlib").Path(__file__).parent
                                                       / "fixtures" / "attestation" / "amd"))
     est = KeyEstablishment.from_env()
-    assert isinstance(est.verifier, SnpVerifier) and est.verifier.allowlist is None
+    assert isinstance(est.verifier, TeeVerifier) and est.verifier.allowlist is None
+    assert est.verifier.trust is not None and sorted(est.verifier.trust.chains) == ["Genoa", "Milan"]
     # The hardware provider: on a machine that is not a TEE the rank cannot take part,
     # and says why, rather than sending evidence it made up.
     import ccddp.crypto.attest.provider as provider
@@ -145,6 +149,52 @@ def test_attestation_is_selected_from_the_environment(tmp_path, monkeypatch, cha
     est = KeyEstablishment.from_env()
     with pytest.raises(NoEvidenceError, match="not a confidential VM"):
         est.message(0, 1, b"", bytes(32), bytes(16))
+
+
+# -- TDX, and groups that mix TEEs -------------------------------------------------------
+
+def _tdx_verifier(tchain, policy_text, snp_chain=None, provider=None):
+    from _tdx_test_chain import TdxTestProvider
+
+    trust = _trust(snp_chain) if snp_chain is not None else None
+    return TeeVerifier(AttestationPolicy.from_toml(policy_text), trust, provider=provider or TdxTestProvider(tchain),
+                       tdx_root_pin=tchain.pin)
+
+
+TDX_POLICY = f'''format = "ccddp-attestation-policy/1"
+[tdx]
+mrtds = ["{__import__("_tdx_test_chain").MRTD.hex()}"]
+'''
+
+
+@pytest.fixture(scope="module")
+def tchain():
+    from _tdx_test_chain import TdxTestChain
+
+    return TdxTestChain()
+
+
+def test_tdx_group_forms_and_a_tdx_policy_miss_is_refused(tchain):
+    from _tdx_test_chain import TdxTestProvider
+
+    results, board = establish(_ids(2), None, verifiers=[_tdx_verifier(tchain, TDX_POLICY) for _ in range(2)])
+    assert not any(isinstance(r, Exception) for r in results), results
+    assert all(p.startswith("tdx:") for p in results[0].peers)
+    debug = _tdx_verifier(tchain, TDX_POLICY, provider=TdxTestProvider(tchain, td_attributes=1))
+    results, _ = establish(_ids(2), None, verifiers=[_tdx_verifier(tchain, TDX_POLICY), debug])
+    _assert_refused_everywhere(results, "policy.debug", 1)
+
+
+def test_mixed_snp_and_tdx_group_under_one_policy(chain, tchain):
+    both = POLICY_TEXT + TDX_POLICY.split("\n", 1)[1]
+    v_snp = _tdx_verifier(tchain, both, snp_chain=chain, provider=TestProvider(chain))
+    v_tdx = _tdx_verifier(tchain, both, snp_chain=chain)
+    results, _ = establish(_ids(2), None, verifiers=[v_snp, v_tdx])
+    assert not any(isinstance(r, Exception) for r in results), results
+    assert results[0].peers[0].startswith("snp:") and results[0].peers[1].startswith("tdx:")
+    # A policy with no [tdx] table refuses the TDX peer, whatever its quote says.
+    results, _ = establish(_ids(2), None, verifiers=[_verifier(chain), _tdx_verifier(tchain, both, snp_chain=chain)])
+    assert isinstance(results[0], AttestationError) and results[0].claim == "evidence.tee", results[0]
 
 
 # -- on real ranks ------------------------------------------------------------------------
@@ -158,7 +208,7 @@ def _attested_rank(rank, n, exported, policy_text):
     from _snp_test_chain import TestChain, TestProvider
     from ccddp.bench.reference import all_reduce
     from ccddp.comm import CommSettings, SecureGroup, Transport
-    from ccddp.crypto.attest import AttestationPolicy, SnpVerifier, TrustStore
+    from ccddp.crypto.attest import AttestationPolicy, TeeVerifier, TrustStore
     from ccddp.crypto.establish import Identity, KeyEstablishment
 
     chain = TestChain.load(exported)
@@ -167,7 +217,7 @@ def _attested_rank(rank, n, exported, policy_text):
     s = CommSettings(segment_bytes=1024, timeout_s=15)
 
     def group(provider):
-        est = KeyEstablishment(Identity.generate(f"rank{rank}"), SnpVerifier(policy, trust, provider=provider))
+        est = KeyEstablishment(Identity.generate(f"rank{rank}"), TeeVerifier(policy, trust, provider=provider))
         return SecureGroup(s, establishment=est, transport=Transport.open(None, s.timeout_s))
 
     def attempt(provider):

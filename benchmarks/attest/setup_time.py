@@ -5,7 +5,7 @@
 1. verify_snp of the genuine go-sev-guest report (one peer's check: chain, signature,
    policy), and TrustStore.from_dir (once per process);
 2. the three-round key establishment on threads (in-memory exchange), world size 2 and 4:
-   allowlist vs SnpVerifier with the TEST chain of tests/_snp_test_chain.py (its report
+   allowlist vs TeeVerifier with the TEST chain of tests/_snp_test_chain.py (its report
    signing stands in for the firmware's, which this machine does not have);
 3. SecureGroup construction on real gloo ranks (world size 2): allowlist vs attested.
 Prints medians in milliseconds.
@@ -37,7 +37,7 @@ def _median_ms(fn, reps):
 def _rank(rank, n, exported, policy_text, reps):
     from _snp_test_chain import TestChain, TestProvider
     from ccddp.comm import CommSettings, SecureGroup, Transport
-    from ccddp.crypto.attest import AttestationPolicy, SnpVerifier, TrustStore
+    from ccddp.crypto.attest import AttestationPolicy, TeeVerifier, TrustStore
     from ccddp.crypto.establish import Allowlist, Identity, KeyEstablishment
 
     import torch.distributed as dist
@@ -47,7 +47,7 @@ def _rank(rank, n, exported, policy_text, reps):
     idents = [Identity(__import__("cryptography.hazmat.primitives.asymmetric.ed25519", fromlist=["x"])
                        .Ed25519PrivateKey.from_private_bytes(bytes([i + 1]) * 32), f"rank{i}") for i in range(n)]
     allow = Allowlist({i.name: i.public_bytes for i in idents})
-    snp = SnpVerifier(AttestationPolicy.from_toml(policy_text), TrustStore([chain.ask, chain.ark], pins=chain.pins),
+    snp = TeeVerifier(AttestationPolicy.from_toml(policy_text), TrustStore([chain.ask, chain.ark], pins=chain.pins),
                       provider=TestProvider(chain))
     times: dict[str, list[float]] = {"allowlist": [], "snp": []}
     # One warm-up of each, then the two interleaved, so neither gets the warm caches.
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args()
     from _snp_test_chain import MEASUREMENT, TestChain, TestProvider
-    from ccddp.crypto.attest import AttestationPolicy, SnpVerifier, TrustStore, parse_report, verify_snp
+    from ccddp.crypto.attest import AttestationPolicy, TeeVerifier, TrustStore, parse_report, verify_snp
     from ccddp.crypto.attest.snp import load_certificates
     from ccddp.crypto.establish import Allowlist, Identity
     from test_establish import establish
@@ -93,7 +93,7 @@ def main() -> None:
             assert not any(isinstance(r, Exception) for r in res), res
 
         a = _median_ms(lambda: run([allow] * n), args.reps)
-        b = _median_ms(lambda: run([SnpVerifier(pol, tstore, provider=TestProvider(chain)) for _ in range(n)]),
+        b = _median_ms(lambda: run([TeeVerifier(pol, tstore, provider=TestProvider(chain)) for _ in range(n)]),
                        args.reps)
         print(f"establishment, threads, n={n}: allowlist {a:8.2f} ms   snp {b:8.2f} ms   (+{b - a:.2f} ms)")
 

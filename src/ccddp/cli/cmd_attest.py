@@ -118,7 +118,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from ccddp.crypto.attest.evidence import decode_evidence
     from ccddp.crypto.attest.tdx import MAX_QUOTE_BYTES
     from ccddp.crypto.attest.snp import Verdict, load_certificates
-    from ccddp.crypto.attest.tdx import looks_like_tdx_quote, verify_tdx
+    from ccddp.crypto.attest.tdx import load_crls, looks_like_tdx_quote, verify_tdx
     from ccddp.errors import AttestationError, ConfigError
 
     at = None
@@ -143,7 +143,7 @@ def run_verify(args: argparse.Namespace) -> int:
                 raise AttestationError("the evidence is a TDX quote and the policy has no [tdx] table",
                                        claim="policy_file.tdx")
             verify_tdx(blob, policy.tdx, expected_report_data=_report_data(args.report_data), at=at,
-                       crls=_crls(args.certs), into=verdicts)
+                       crls=load_crls(args.certs), into=verdicts)
         else:
             report, vcek_der = decode_evidence(blob)
             if policy.snp is None:
@@ -166,22 +166,3 @@ def run_verify(args: argparse.Namespace) -> int:
     print(f"verified: {len(verdicts)} claims hold")
     return 0
 
-
-def _crls(certs: str | None) -> list:
-    """CRL files (``*.crl``, DER or PEM) in ``certs``; none if no directory was given."""
-    from pathlib import Path
-
-    from cryptography import x509
-
-    from ccddp.errors import AttestationError
-
-    if not certs:
-        return []
-    out = []
-    for f in sorted(Path(certs).glob("*.crl")):
-        data = f.read_bytes()[:1 << 20]
-        try:
-            out.append(x509.load_pem_x509_crl(data) if b"-----BEGIN" in data else x509.load_der_x509_crl(data))
-        except ValueError as e:
-            raise AttestationError(f"{f} is not a CRL: {e}", claim="certs.crl") from None
-    return out

@@ -366,28 +366,33 @@ class KeyEstablishment:
         """From ``CCDDP_IDENTITY`` (a key file; ``{rank}`` and ``{local_rank}`` are replaced
         from the environment torchrun sets) and ``CCDDP_ALLOWLIST``; None if unset.
 
-        ``CCDDP_ATTESTATION_POLICY`` (a policy TOML file) turns on SEV-SNP attestation
-        (:class:`ccddp.crypto.attest.SnpVerifier`) with AMD's certificates staged in
-        ``CCDDP_ATTESTATION_CERTS``: every peer must present a report of this machine's
-        hardware bound to its key-exchange message. Then ``CCDDP_IDENTITY`` is optional
-        (a fresh identity key per run: the hardware vouches for the message it signs), and
-        ``CCDDP_ALLOWLIST``, where set, must also list the peer's identity."""
+        ``CCDDP_ATTESTATION_POLICY`` (a policy TOML file) turns on hardware attestation
+        (:class:`ccddp.crypto.attest.TeeVerifier`: SEV-SNP and/or TDX, as the policy's
+        tables say) with the vendor material staged in ``CCDDP_ATTESTATION_CERTS`` (AMD's
+        ASK/ARK, required for SEV-SNP; Intel CRLs, ``*.crl``): every peer must present
+        evidence of its hardware bound to its key-exchange message. Then
+        ``CCDDP_IDENTITY`` is optional (a fresh identity key per run: the hardware vouches
+        for the message it signs), and ``CCDDP_ALLOWLIST``, where set, must also list the
+        peer's identity."""
         template = os.environ.get(ENV_IDENTITY)
         allow = os.environ.get(ENV_ALLOWLIST)
-        policy = os.environ.get(ENV_ATTESTATION_POLICY)
+        policy_path = os.environ.get(ENV_ATTESTATION_POLICY)
         path = (template or "").replace("{rank}", os.environ.get("RANK", "0")).replace(
             "{local_rank}", os.environ.get("LOCAL_RANK", "0"))
-        if policy:
-            from ccddp.crypto.attest import AttestationPolicy, SnpVerifier, TrustStore
+        if policy_path:
+            from ccddp.crypto.attest import AttestationPolicy, TeeVerifier, TrustStore
+            from ccddp.crypto.attest.tdx import load_crls
 
+            policy = AttestationPolicy.from_file(policy_path)
             certs = os.environ.get(ENV_ATTESTATION_CERTS)
-            if not certs:
-                raise ConfigError(f"{ENV_ATTESTATION_POLICY} is set but {ENV_ATTESTATION_CERTS} is not: name the "
-                                  "directory holding AMD's ASK/ARK certificates")
+            if not certs and policy.snp is not None:
+                raise ConfigError(f"{ENV_ATTESTATION_POLICY} accepts SEV-SNP but {ENV_ATTESTATION_CERTS} is not set: "
+                                  "name the directory holding AMD's ASK/ARK certificates")
             identity = Identity.from_file(path) if template else Identity.generate(
                 f"rank{os.environ.get('RANK', '0')}")
-            verifier = SnpVerifier(AttestationPolicy.from_file(policy), TrustStore.from_dir(certs),
-                                   allowlist=Allowlist.from_file(allow) if allow else None)
+            verifier = TeeVerifier(policy, TrustStore.from_dir(certs) if policy.snp is not None else None,
+                                   allowlist=Allowlist.from_file(allow) if allow else None,
+                                   tdx_crls=load_crls(certs) if policy.tdx is not None else None)
             return cls(identity, verifier)
         if not template:
             return None

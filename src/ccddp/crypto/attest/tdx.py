@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import struct
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -265,3 +266,17 @@ def verify_tdx(quote_bytes: bytes, policy, *, expected_report_data: bytes | None
         for claim, detail in policy.check(q):
             ok(claim, detail)
     return passed
+
+
+def load_crls(directory: str | Path | None) -> list[x509.CertificateRevocationList]:
+    """The CRL files (``*.crl``, DER or PEM) in ``directory``; none if it is None."""
+    if not directory:
+        return []
+    out = []
+    for f in sorted(Path(directory).glob("*.crl")):
+        try:
+            data = f.read_bytes()[:1 << 20]
+            out.append(x509.load_pem_x509_crl(data) if b"-----BEGIN" in data else x509.load_der_x509_crl(data))
+        except (OSError, ValueError) as e:
+            raise _fail("certs.crl", f"{f} is not a readable CRL: {e}") from None
+    return out
