@@ -59,7 +59,7 @@ class TestChain:
 
     def __init__(self, chip_id: bytes = CHIP_ID, tcb: dict | None = None) -> None:
         self.chip_id, self.tcb = chip_id, dict(tcb or TCB)
-        ark_key = rsa.generate_private_key(65537, 4096)
+        self.ark_key = ark_key = rsa.generate_private_key(65537, 4096)
         ask_key = rsa.generate_private_key(65537, 4096)
         self.vcek_key = ec.generate_private_key(ec.SECP384R1())
         self.ark = _cert(f"ARK-{PRODUCT}", f"ARK-{PRODUCT}", ark_key.public_key(), ark_key)
@@ -68,6 +68,16 @@ class TestChain:
         ext += [(f"1.3.6.1.4.1.3704.1.3.{n}", _der_int(self.tcb[k]))
                 for n, k in ((1, "bootloader"), (2, "tee"), (3, "snp"), (8, "microcode"))]
         self.vcek = _cert("SEV-VCEK", f"SEV-{PRODUCT}", self.vcek_key.public_key(), ask_key, ext)
+
+    def crl(self, revoked: list, *, days: int = 7):
+        """A CRL issued by this ARK (RSA-PSS, as AMD's), revoking ``revoked``."""
+        now = dt.datetime.now(dt.timezone.utc)
+        b = (x509.CertificateRevocationListBuilder().issuer_name(self.ark.subject)
+             .last_update(now - dt.timedelta(days=1)).next_update(now + dt.timedelta(days=days)))
+        for c in revoked:
+            b = b.add_revoked_certificate(x509.RevokedCertificateBuilder().serial_number(c.serial_number)
+                                          .revocation_date(now - dt.timedelta(hours=1)).build())
+        return b.sign(self.ark_key, hashes.SHA384(), rsa_padding=_PSS)
 
     def export(self) -> dict:
         """What a spawned rank needs (keys do not pickle): certificates and the VCEK key."""

@@ -151,6 +151,40 @@ def test_attestation_is_selected_from_the_environment(tmp_path, monkeypatch, cha
         est.message(0, 1, b"", bytes(32), bytes(16))
 
 
+def test_revoked_ask_is_refused_and_a_stale_or_foreign_crl_too(chain, tmp_path):
+    from ccddp.crypto.attest import verify_snp
+
+    rd = bytes(range(64))
+    report = chain.report(rd)
+    pol = AttestationPolicy.from_toml(POLICY_TEXT).snp
+
+    def check(crls, at=None):
+        trust = TrustStore([chain.ask, chain.ark], pins=chain.pins, crls=crls)
+        return verify_snp(report, trust, pol, expected_report_data=rd, vcek=chain.vcek, at=at)
+
+    assert "certs.crl" in [v.claim for v in check([chain.crl([])])]
+    with pytest.raises(AttestationError) as ei:
+        check([chain.crl([chain.ask])])
+    assert ei.value.claim == "certs.crl" and "revoked" in str(ei.value)
+    import datetime as dt
+
+    with pytest.raises(AttestationError) as ei:
+        check([chain.crl([])], at=dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=8))
+    assert ei.value.claim == "certs.crl" and "expired" in str(ei.value)
+    with pytest.raises(AttestationError) as ei:
+        check([TestChain().crl([])])      # same issuer name, another ARK's signature
+    assert ei.value.claim == "certs.crl"
+    # From a directory, as staged: the cert_chain PEM and the CRL file.
+    (tmp_path / "cert_chain.pem").write_bytes(chain.pem())
+    from cryptography.hazmat.primitives import serialization
+
+    (tmp_path / "Milan.crl").write_bytes(chain.crl([chain.ask]).public_bytes(serialization.Encoding.DER))
+    with pytest.raises(AttestationError) as ei:
+        verify_snp(report, TrustStore.from_dir(tmp_path, pins=chain.pins), pol, expected_report_data=rd,
+                   vcek=chain.vcek)
+    assert ei.value.claim == "certs.crl"
+
+
 # -- TDX, and groups that mix TEEs -------------------------------------------------------
 
 def _tdx_verifier(tchain, policy_text, snp_chain=None, provider=None):

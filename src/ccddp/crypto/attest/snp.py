@@ -265,7 +265,8 @@ class TrustStore:
     ASK and ARK together).
     """
 
-    def __init__(self, certs: list[x509.Certificate], pins: Mapping[str, str] | None = None) -> None:
+    def __init__(self, certs: list[x509.Certificate], pins: Mapping[str, str] | None = None,
+                 crls: list[x509.CertificateRevocationList] | None = None) -> None:
         # ``pins`` replaces AMD's pinned ARK keys: for tests that sign with a chain of their
         # own (never set from a file or the environment).
         pins = PINNED_ARK_SPKI_SHA256 if pins is None else pins
@@ -299,6 +300,20 @@ class TrustStore:
             self.chains[product] = AmdChain(product, ask, arks[product])
         if not self.chains:
             raise _fail("certs.ask", "no ASK/ARK pair was staged (AMD's cert_chain file for the product)")
+        # AMD's CRL (KDS ``/vcek/v1/<product>/crl``) is issued by the ARK and lists revoked
+        # ASKs; a CRL no staged ARK signed is refused rather than ignored.
+        self.crls: dict[str, x509.CertificateRevocationList] = {}
+        for crl in crls or []:
+            chain = next((c for c in self.chains.values() if c.ark.subject == crl.issuer), None)
+            if chain is None:
+                raise _fail("certs.crl", f"a CRL from {crl.issuer.rfc4514_string()} has no staged ARK")
+            if crl.signature_algorithm_oid != x509.oid.SignatureAlgorithmOID.RSASSA_PSS:
+                raise _fail("certs.crl", f"the {chain.product} CRL is not signed with RSA-PSS")
+            try:
+                chain.ark.public_key().verify(crl.signature, crl.tbs_certlist_bytes, _PSS, hashes.SHA384())
+            except InvalidSignature:
+                raise _fail("certs.crl", f"the {chain.product} CRL is not signed by ARK-{chain.product}") from None
+            self.crls[chain.product] = crl
 
     @classmethod
     def from_dir(cls, path: str | Path, pins: Mapping[str, str] | None = None) -> "TrustStore":
@@ -309,13 +324,20 @@ class TrustStore:
         if len(files) > _MAX_CERT_FILES:
             raise _fail("certs.file", f"{p} holds {len(files)} certificate files; at most {_MAX_CERT_FILES}")
         certs: list[x509.Certificate] = []
+        crls: list[x509.CertificateRevocationList] = []
+        for f in sorted(p.glob("*.crl")):
+            try:
+                data = f.read_bytes()[:_MAX_CERT_FILE * 16]
+                crls.append(x509.load_pem_x509_crl(data) if b"-----BEGIN" in data else x509.load_der_x509_crl(data))
+            except (OSError, ValueError) as e:
+                raise _fail("certs.crl", f"{f} is not a readable CRL: {e}") from None
         for f in files:
             try:
                 data = f.read_bytes() if f.stat().st_size <= _MAX_CERT_FILE else b"\0" * (_MAX_CERT_FILE + 1)
             except OSError as e:
                 raise _fail("certs.file", f"{f} cannot be read: {e.strerror}") from None
             certs.extend(load_certificates(data, str(f)))
-        return cls(certs, pins)
+        return cls(certs, pins, crls)
 
     def find_vcek(self, report: SnpReport) -> x509.Certificate | None:
         """A staged VCEK for this report's chip and reported TCB, if any."""
@@ -396,6 +418,14 @@ def verify_snp(report_bytes: bytes, trust: TrustStore, policy: PolicyCheck | Non
     for cert, name in ((chain.ark, "ARK"), (chain.ask, "ASK"), (vcek, "VCEK")):
         _check_validity(cert, at, name)
     ok("certs.chain", f"VCEK <- SEV-{product} <- ARK-{product} (pinned), valid at {at:%Y-%m-%d}")
+    crl = trust.crls.get(product)
+    if crl is not None:
+        # A CRL past its next update may miss a revocation since: refused, not trusted.
+        if crl.next_update_utc is not None and at > crl.next_update_utc:
+            raise _fail("certs.crl", f"the {product} CRL expired on {crl.next_update_utc:%Y-%m-%d}")
+        if crl.get_revoked_certificate_by_serial_number(chain.ask.serial_number) is not None:
+            raise _fail("certs.crl", f"the ASK SEV-{product} (serial {chain.ask.serial_number:x}) is revoked")
+        ok("certs.crl", f"ARK-{product}'s CRL of {crl.last_update_utc:%Y-%m-%d}: the ASK is not revoked")
 
     # The VCEK must be this chip's, at this TCB: a genuine VCEK of another chip or of an
     # older TCB would otherwise vouch for a report it never signed.
