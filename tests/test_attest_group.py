@@ -288,3 +288,55 @@ def test_attested_group_on_real_ranks(chain):
             kind, got, text = out[case]
             assert (kind, got) == ("AttestationError", claim), (r, case, out[case])
             assert "rank 1" in text
+
+
+def _ddp_rank(rank, n, exported, policy_text):
+    """DDP on a ccddp group with attestation (the test chain), and on one keyed by a
+    pre-shared secret: the same model, data and steps must give the same parameters."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from _snp_test_chain import TestChain, TestProvider
+    from ccddp.backend import Options
+    from ccddp.comm import CommSettings
+    from ccddp.crypto import GroupSecret
+    from ccddp.crypto.attest import AttestationPolicy, TeeVerifier, TrustStore
+    from ccddp.crypto.establish import Identity, KeyEstablishment
+
+    chain = TestChain.load(exported)
+    verifier = TeeVerifier(AttestationPolicy.from_toml(policy_text), TrustStore([chain.ask, chain.ark], pins=chain.pins),
+                           provider=TestProvider(chain))
+    settings = CommSettings(timeout_s=30)
+    attested = Options(settings=settings, establishment=KeyEstablishment(Identity.generate(f"rank{rank}"), verifier))
+    keyed = Options(settings=settings, secret=GroupSecret(bytes(range(32))))
+
+    def train(options):
+        pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=30), pg_options=options)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+        ddp = DDP(model, process_group=pg)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + rank)
+        for _ in range(3):
+            opt.zero_grad()
+            x = torch.randn(16, 32, generator=g)
+            ddp(x).square().mean().backward()
+            opt.step()
+        return torch.cat([p.detach().flatten() for p in model.parameters()]), pg
+
+    with_att, pg = train(attested)
+    peers = pg.secure_group.keys.peers
+    without, _ = train(keyed)
+    return {"equal": bool(torch.equal(with_att, without)), "peers": peers, "norm": float(with_att.norm())}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ddp_with_attestation_trains_like_without(chain, n):
+    res = run_ranks(_ddp_rank, n, chain.export(), POLICY_TEXT, timeout=300)
+    for r, out in enumerate(res):
+        assert out["equal"], (r, out)
+        assert len(out["peers"]) == n and all(p.startswith("snp:") for p in out["peers"]), out
+    assert len({out["norm"] for out in res}) == 1     # every rank holds the same model
