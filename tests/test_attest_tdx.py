@@ -157,3 +157,49 @@ def test_malformed_quotes_are_refused(mutate, claim):
 
 def test_published_file_with_trailing_text_is_refused():
     _refused("quote.size", parse_quote, (T / "spr_e4_quote.dat").read_bytes())
+
+
+# -- fuzz: whatever a host hands over, only AttestationError --------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ccddp.crypto.attest.evidence import decode_any, encode_evidence, encode_tdx_evidence  # noqa: E402
+
+_FUZZ_FIX = Path(__file__).parent / "fixtures" / "attestation"
+_SEEDS = [encode_tdx_evidence(_spr()),
+          encode_evidence((_FUZZ_FIX / "virtee_milan_report.bin").read_bytes(),
+                          (_FUZZ_FIX / "virtee_milan_vcek.der").read_bytes())]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzzed_evidence_raises_only_attestation_errors(data):
+    from ccddp.crypto.attest import TrustStore, verify_snp
+    from ccddp.crypto.attest.snp import load_certificates
+
+    seed = data.draw(st.sampled_from(_SEEDS))
+    blob = bytearray(seed)
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["flip", "cut", "grow", "byte"]))
+        if kind == "flip" and blob:
+            i = data.draw(st.integers(0, len(blob) - 1))
+            blob[i] ^= 1 << data.draw(st.integers(0, 7))
+        elif kind == "cut" and blob:
+            del blob[data.draw(st.integers(0, len(blob) - 1)):]
+        elif kind == "grow":
+            blob += data.draw(st.binary(max_size=64))
+        elif blob:
+            # Length fields and type codes live near the front of each part.
+            i = data.draw(st.integers(0, min(len(blob) - 1, 1500)))
+            blob[i] = data.draw(st.integers(0, 255))
+    try:
+        kind, payload, vcek = decode_any(bytes(blob))
+        if kind == "tdx":
+            verify_tdx(payload, None, expected_report_data=None, at=IN_CRL_WINDOW)
+        else:
+            trust = TrustStore.from_dir(_FUZZ_FIX / "amd")
+            cert = load_certificates(vcek, "vcek")[0] if vcek else None
+            verify_snp(payload, trust, None, expected_report_data=None, vcek=cert)
+    except AttestationError:
+        pass

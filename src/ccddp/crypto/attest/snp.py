@@ -185,11 +185,18 @@ def load_certificates(data: bytes, what: str) -> list[x509.Certificate]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            if b"-----BEGIN" in data:
-                return x509.load_pem_x509_certificates(data)
-            return [x509.load_der_x509_certificate(data)]
-        except ValueError as e:
-            raise _fail("certs.file", f"{what} is not an X.509 certificate (PEM or DER): {e}") from None
+            certs = (x509.load_pem_x509_certificates(data) if b"-----BEGIN" in data
+                     else [x509.load_der_x509_certificate(data)])
+            # cryptography parses fields when first read: read every one used here now, so a
+            # malformed certificate (a VCEK is host-supplied) is refused here, typed, and not
+            # as a bare ValueError halfway through verification.
+            for c in certs:
+                c.subject, c.issuer, c.extensions, c.public_key(), c.serial_number
+                c.not_valid_before_utc, c.not_valid_after_utc, c.signature_algorithm_oid, c.tbs_certificate_bytes
+            return certs
+        except Exception as e:  # noqa: BLE001 - whatever the parser raises on bad input is a refusal
+            raise _fail("certs.file", f"{what} is not a well-formed X.509 certificate (PEM or DER): "
+                                      f"{type(e).__name__}: {str(e)[:200]}") from None
 
 
 def _spki_sha256(cert: x509.Certificate) -> str:
