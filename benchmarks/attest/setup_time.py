@@ -2,8 +2,8 @@
 
     PYTHONPATH=src python benchmarks/attest/setup_time.py [--reps 7]
 
-1. verify_snp of the genuine go-sev-guest report (one peer's check: chain, signature,
-   policy), and TrustStore.from_dir (once per process);
+1. verify_snp of the genuine go-sev-guest report and verify_tdx of the genuine SPR quote (one
+   peer's check: chain, signatures, policy), and TrustStore.from_dir (once per process);
 2. the three-round key establishment on threads (in-memory exchange), world size 2 and 4:
    allowlist vs TeeVerifier with the TEST chain of tests/_snp_test_chain.py (its report
    signing stands in for the firmware's, which this machine does not have);
@@ -79,6 +79,15 @@ def main() -> None:
     print(f"TrustStore.from_dir (Milan+Genoa chains)   {_median_ms(lambda: TrustStore.from_dir(FIX / 'amd'), args.reps):8.2f} ms")
     print(f"verify_snp, genuine report (one peer)      "
           f"{_median_ms(lambda: verify_snp(report, trust, policy.snp, expected_report_data=rd, vcek=vcek), args.reps * 3):8.2f} ms")
+
+    from ccddp.crypto.attest import parse_quote, verify_tdx
+
+    raw = (FIX / "tdx" / "spr_e4_quote.dat").read_bytes()
+    quote = raw[:raw.index(b"\nextra")]
+    tpol = AttestationPolicy.from_file(FIX / "tdx" / "policy_spr.toml").tdx
+    qrd = parse_quote(quote).report_data
+    print(f"verify_tdx, genuine quote (one peer)       "
+          f"{_median_ms(lambda: verify_tdx(quote, tpol, expected_report_data=qrd), args.reps * 3):8.2f} ms")
 
     chain = TestChain()
     text = (f'format = "ccddp-attestation-policy/1"\n[snp]\nmeasurements = ["{MEASUREMENT.hex()}"]\n')
