@@ -43,7 +43,7 @@ def _probe(argv: list[str], cwd: Path | None = None) -> tuple[str, str]:
     ["train", "--no-such-option"], ["characterize", "--help"], ["characterize"],
     ["bench", "collectives", "--help"], ["bench", "collectives", "--iters"], ["report", "--help"],
     ["keygen", "--help"], ["simulate", "--help"], ["tune", "--help"], ["selftest", "--help"],
-    ["selftest", "--no-such-option"],
+    ["selftest", "--no-such-option"], ["attest", "--help"], ["attest", "verify", "--help"],
 ])
 def test_help_and_argument_errors_do_not_import_torch(argv):
     last, out = _probe(argv)

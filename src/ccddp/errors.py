@@ -18,6 +18,36 @@ class ConfigError(CCDDPError):
     """Settings are invalid, or differ between ranks that must agree."""
 
 
+
+class EstablishmentError(CCDDPError):
+    """Key establishment failed: a peer's identity is not trusted, a signature does not
+    verify, or ranks saw different exchanges. Raised on every rank of the group.
+
+    (Defined here, beside the rest of the family, so that :class:`AttestationError` can
+    subclass it; :mod:`ccddp.crypto.establish` re-exports it under the same name.)"""
+
+
+class AttestationError(EstablishmentError):
+    """Hardware evidence was refused: malformed, not signed by a trusted chain, not bound
+    to this run's key exchange, or outside the user's policy.
+
+    ``claim`` names what failed, as a dotted path a test or an operator can match on
+    (``"report.signature"``, ``"certs.ask"``, ``"report_data"``, ``"policy.debug"``,
+    ``"tcb.microcode"``, ``"measurement"``, ...).
+
+    Example::
+
+        try:
+            verify_snp(report, trust, policy, expected_report_data=binding)
+        except AttestationError as e:
+            print(e.claim)      # "measurement"
+    """
+
+    def __init__(self, message: str, *, claim: str = "?") -> None:
+        self.claim = claim
+        super().__init__(message)
+
+
 @dataclass(frozen=True)
 class FrameLabel:
     """Which frame a failure or a wait is about: the directed ``link`` (``"0->1"``), the

@@ -167,7 +167,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         coll, down, p2p = internal_links(store, rank, size, gloo_timeout)
         self._internal = (coll, down, p2p)
         transport = Transport(coll, settings.timeout_s, downward=down)
-        self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks)
+        self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks,
+                                        establishment=options.establishment)
         # Trust domains larger than one rank, proven (ranks that reached each other over
         # sockets that cannot leave the machine): all-reduce, broadcast and reduce-scatter
         # (equal chunks) go hierarchical, plaintext only on those local links; every other

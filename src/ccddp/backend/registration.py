@@ -29,8 +29,10 @@ class Options:
     ``settings`` (a :class:`ccddp.comm.CommSettings`, secure impls only; default: from
     ``CCDDP_SETTINGS``, a JSON object of its fields, else the defaults), ``secret`` (a
     :class:`ccddp.crypto.GroupSecret`; default: key establishment from ``CCDDP_IDENTITY``
-    or the pre-shared ``CCDDP_GROUP_SECRET``). The wait limit of every peer wait is the
-    group's ``timeout``.
+    / ``CCDDP_ATTESTATION_POLICY`` or the pre-shared ``CCDDP_GROUP_SECRET``),
+    ``establishment`` (a :class:`ccddp.crypto.establish.KeyEstablishment`, e.g. with a
+    hardware-attestation verifier; not with ``secret``). The wait limit of every peer
+    wait is the group's ``timeout``.
 
     Example::
 
@@ -39,6 +41,7 @@ class Options:
 
     settings: object = None
     secret: object = None
+    establishment: object = None
 
 
 def settings_from_env(timeout_s: float | None = None):

@@ -62,10 +62,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from ccddp.config import read_bounded
 from ccddp.crypto.keys import KEY_BYTES, SESSION_ID_BYTES, GroupSecret, _hkdf, derive_link_key
 from ccddp.crypto.wirejson import parse_json
-from ccddp.errors import CCDDPError, ConfigError, one_line
+from ccddp.errors import AttestationError, ConfigError, EstablishmentError, one_line
 
 ENV_IDENTITY = "CCDDP_IDENTITY"
 ENV_ALLOWLIST = "CCDDP_ALLOWLIST"
+ENV_ATTESTATION_POLICY = "CCDDP_ATTESTATION_POLICY"
+ENV_ATTESTATION_CERTS = "CCDDP_ATTESTATION_CERTS"
 ALLOWLIST_FORMAT = "ccddp-allowlist/1"
 
 _MAGIC = b"ccddp-est/v1"  # 12 bytes
@@ -80,11 +82,6 @@ _CONFIRM_BYTES = 16
 _WRAPPED_BYTES = KEY_BYTES + 16
 _LABEL = b"ccddp/v1/est/"
 _OK, _FAIL = b"\x00", b"\x01"   # the first byte of a round-2 reply or a verdict
-
-
-class EstablishmentError(CCDDPError):
-    """Key establishment failed: a peer's identity is not trusted, a signature does not
-    verify, or ranks saw different exchanges. Raised on every rank of the group."""
 
 
 Exchange = Callable[[bytes], "list[bytes]"]
@@ -372,15 +369,40 @@ class KeyEstablishment:
     @classmethod
     def from_env(cls) -> "KeyEstablishment | None":
         """From ``CCDDP_IDENTITY`` (a key file; ``{rank}`` and ``{local_rank}`` are replaced
-        from the environment torchrun sets) and ``CCDDP_ALLOWLIST``; None if unset."""
+        from the environment torchrun sets) and ``CCDDP_ALLOWLIST``; None if unset.
+
+        ``CCDDP_ATTESTATION_POLICY`` (a policy TOML file) turns on hardware attestation
+        (:class:`ccddp.crypto.attest.TeeVerifier`: SEV-SNP and/or TDX, as the policy's
+        tables say) with the vendor material staged in ``CCDDP_ATTESTATION_CERTS`` (AMD's
+        ASK/ARK, required for SEV-SNP; Intel CRLs, ``*.crl``): every peer must present
+        evidence of its hardware bound to its key-exchange message. Then
+        ``CCDDP_IDENTITY`` is optional (a fresh identity key per run: the hardware vouches
+        for the message it signs), and ``CCDDP_ALLOWLIST``, where set, must also list the
+        peer's identity."""
         template = os.environ.get(ENV_IDENTITY)
+        allow = os.environ.get(ENV_ALLOWLIST)
+        policy_path = os.environ.get(ENV_ATTESTATION_POLICY)
+        path = (template or "").replace("{rank}", os.environ.get("RANK", "0")).replace(
+            "{local_rank}", os.environ.get("LOCAL_RANK", "0"))
+        if policy_path:
+            from ccddp.crypto.attest import AttestationPolicy, TeeVerifier, TrustStore
+            from ccddp.crypto.attest.tdx import load_crls
+
+            policy = AttestationPolicy.from_file(policy_path)
+            certs = os.environ.get(ENV_ATTESTATION_CERTS)
+            if not certs and policy.snp is not None:
+                raise ConfigError(f"{ENV_ATTESTATION_POLICY} accepts SEV-SNP but {ENV_ATTESTATION_CERTS} is not set: "
+                                  "name the directory holding AMD's ASK/ARK certificates")
+            identity = Identity.from_file(path) if template else Identity.generate(
+                f"rank{os.environ.get('RANK', '0')}")
+            verifier = TeeVerifier(policy, TrustStore.from_dir(certs) if policy.snp is not None else None,
+                                   allowlist=Allowlist.from_file(allow) if allow else None,
+                                   tdx_crls=load_crls(certs) if policy.tdx is not None else None)
+            return cls(identity, verifier)
         if not template:
             return None
-        allow = os.environ.get(ENV_ALLOWLIST)
         if not allow:
             raise ConfigError(f"{ENV_IDENTITY} is set but {ENV_ALLOWLIST} is not: peers cannot be verified")
-        path = template.replace("{rank}", os.environ.get("RANK", "0")).replace(
-            "{local_rank}", os.environ.get("LOCAL_RANK", "0"))
         return cls(Identity.from_file(path), Allowlist.from_file(allow))
 
     def message(self, rank: int, world_size: int, context: bytes, x25519_public: bytes, nonce: bytes) -> bytes:
@@ -400,10 +422,14 @@ class KeyEstablishment:
         blobs = exchange(mine)
 
         problem, names, msgs = None, [], []
+        # The claim of a refused attestation, kept so this rank raises AttestationError
+        # (naming it) after the rounds that tell every peer, not a bare EstablishmentError.
+        claim: str | None = None
         try:
             msgs, names = self._check_round1(rank, world_size, context, mine, blobs)
         except EstablishmentError as e:
             problem = str(e)
+            claim = e.claim if isinstance(e, AttestationError) else None
 
         transcript = hashlib.sha256(_LABEL + b"transcript" +
                                     b"".join(struct.pack(">I", len(b)) + bytes(b) for b in blobs)).digest()
@@ -436,6 +462,8 @@ class KeyEstablishment:
         # denies service.
         verdicts = exchange(self._verdict(rank, world_size, problem, pair, transcript))
         if keys is None:
+            if claim is not None:
+                raise AttestationError(problem, claim=claim)
             raise EstablishmentError(problem)
         self._check_verdicts(rank, world_size, pair, transcript, verdicts)
         return keys

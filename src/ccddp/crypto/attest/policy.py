@@ -1,0 +1,252 @@
+"""The user's attestation policy: which evidence is accepted, as a TOML file.
+
+Example (every field but ``measurements`` is optional; the defaults are the strict
+choice)::
+
+    format = "ccddp-attestation-policy/1"
+
+    [snp]
+    # MEASUREMENT values (96 hex digits) of the launch images you built and trust.
+    measurements = ["b07af9620f3b839b...2b01"]
+    allow_debug = false              # a debug VM's memory can be read by the host
+    allow_migration_agent = false    # a migration agent can move the VM's memory out
+    max_vmpl = 0                     # the report must come from VMPL 0..max_vmpl
+    min_guest_svn = 0
+    min_tcb = { bootloader = 2, tee = 0, snp = 5, microcode = 68 }
+    host_data = []                   # accepted HOST_DATA values (hex); empty: any
+
+A field this file does not know is refused (a misspelt ``allow_debgu = false`` must not
+silently leave the default in force), and so is a value of the wrong type.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ccddp.crypto.attest.snp import SnpReport, TcbVersion
+from ccddp.errors import AttestationError
+
+POLICY_FORMAT = "ccddp-attestation-policy/1"
+_MAX_POLICY_BYTES = 1 << 20
+_TOP = {"format", "snp", "tdx"}
+_SNP = {"measurements", "allow_debug", "allow_migration_agent", "max_vmpl", "min_guest_svn", "min_tcb",
+        "host_data"}
+_TCB = ("bootloader", "tee", "snp", "microcode")
+
+
+def _bad(field: str, message: str) -> AttestationError:
+    return AttestationError(f"attestation policy file refused, claim 'policy_file.{field}': field {field!r} "
+                            f"{message}", claim=f"policy_file.{field}")
+
+
+def _hexes(field: str, value: object, nbytes: int) -> frozenset[bytes]:
+    if not isinstance(value, list):
+        raise _bad(field, "must be a list of hex strings")
+    out = set()
+    for v in value:
+        try:
+            b = bytes.fromhex(v) if isinstance(v, str) else None
+        except ValueError:
+            b = None
+        if b is None or len(b) != nbytes:
+            raise _bad(field, f"each entry must be {2 * nbytes} hex digits, got {str(v)[:120]!r}")
+        out.add(b)
+    return frozenset(out)
+
+
+def _uint(field: str, value: object, top: int) -> int:
+    # bool is an int in Python; "true" is not a level.
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= top:
+        raise _bad(field, f"must be an integer 0..{top}, got {value!r}")
+    return value
+
+
+def _flag(field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _bad(field, f"must be true or false, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class SnpPolicy:
+    """What an SEV-SNP report must show (see the module's example)."""
+
+    measurements: frozenset[bytes]
+    allow_debug: bool = False
+    allow_migration_agent: bool = False
+    max_vmpl: int = 0
+    min_guest_svn: int = 0
+    min_tcb: TcbVersion = TcbVersion(0, 0, 0, 0)
+    host_data: frozenset[bytes] = frozenset()
+
+    @classmethod
+    def from_mapping(cls, doc: dict) -> "SnpPolicy":
+        unknown = sorted(set(doc) - _SNP)
+        if unknown:
+            raise _bad(f"snp.{unknown[0]}", f"is unknown (known: {sorted(_SNP)})")
+        if "measurements" not in doc:
+            raise _bad("snp.measurements", "is required: the launch measurements you accept")
+        meas = _hexes("snp.measurements", doc["measurements"], 48)
+        if not meas:
+            raise _bad("snp.measurements", "is empty: no launch would be accepted")
+        tcb_doc = doc.get("min_tcb", {})
+        if not isinstance(tcb_doc, dict):
+            raise _bad("snp.min_tcb", "must be a table {bootloader, tee, snp, microcode}")
+        unknown = sorted(set(tcb_doc) - set(_TCB))
+        if unknown:
+            raise _bad(f"snp.min_tcb.{unknown[0]}", f"is an unknown component (known: {list(_TCB)})")
+        tcb = TcbVersion(**{k: _uint(f"snp.min_tcb.{k}", tcb_doc.get(k, 0), 255) for k in _TCB})
+        return cls(measurements=meas,
+                   allow_debug=_flag("snp.allow_debug", doc.get("allow_debug", False)),
+                   allow_migration_agent=_flag("snp.allow_migration_agent", doc.get("allow_migration_agent", False)),
+                   max_vmpl=_uint("snp.max_vmpl", doc.get("max_vmpl", 0), 3),
+                   min_guest_svn=_uint("snp.min_guest_svn", doc.get("min_guest_svn", 0), 0xFFFFFFFF),
+                   min_tcb=tcb,
+                   host_data=_hexes("snp.host_data", doc.get("host_data", []), 32))
+
+    def check(self, r: SnpReport) -> list[tuple[str, str]]:
+        """The policy's claims on a report whose signature verified: (claim, detail) for
+        each that holds, or :class:`AttestationError` naming the first that does not."""
+        out = []
+
+        def fail(claim: str, message: str) -> AttestationError:
+            return AttestationError(f"SEV-SNP attestation refused, claim {claim!r}: {message}", claim=claim)
+
+        if r.debug and not self.allow_debug:
+            raise fail("policy.debug", f"the guest policy {r.policy:#x} allows debugging (its memory can be read "
+                                       "by the host), and the attestation policy forbids it")
+        out.append(("policy.debug", "debug " + ("on (allowed by the policy)" if r.debug else "off")))
+        if r.migrate_ma and not self.allow_migration_agent:
+            raise fail("policy.migration_agent", f"the guest policy {r.policy:#x} allows a migration agent, "
+                                                 "and the attestation policy forbids it")
+        out.append(("policy.migration_agent", "allowed" if r.migrate_ma else "not allowed"))
+        if r.vmpl > self.max_vmpl:
+            raise fail("vmpl", f"the report comes from VMPL {r.vmpl}; the policy accepts 0..{self.max_vmpl}")
+        out.append(("vmpl", str(r.vmpl)))
+        have, need = r.reported_tcb.as_dict(), self.min_tcb.as_dict()
+        for k in _TCB:
+            if have[k] < need[k]:
+                raise fail(f"tcb.{k}", f"REPORTED_TCB {k} is {have[k]}, the policy's minimum is {need[k]}")
+        out.append(("tcb", f"{have} >= {need}"))
+        if r.guest_svn < self.min_guest_svn:
+            raise fail("guest_svn", f"GUEST_SVN is {r.guest_svn}, the policy's minimum is {self.min_guest_svn}")
+        out.append(("guest_svn", str(r.guest_svn)))
+        if self.host_data and r.host_data not in self.host_data:
+            raise fail("host_data", f"HOST_DATA {r.host_data.hex()} is not one the policy accepts")
+        out.append(("host_data", "accepted" if self.host_data else "any (the policy lists none)"))
+        if r.measurement not in self.measurements:
+            raise fail("measurement", f"MEASUREMENT {r.measurement.hex()} is not one the policy accepts")
+        out.append(("measurement", r.measurement.hex()))
+        return out
+
+
+_TDX = {"mrtds", "rtmr0", "rtmr1", "rtmr2", "rtmr3", "allow_debug", "min_tee_tcb_svn"}
+
+
+@dataclass(frozen=True)
+class TdxPolicy:
+    """What a TDX quote must show::
+
+        [tdx]
+        mrtds = ["<96 hex digits>"]        # required: the TD images you built
+        rtmr0 = ["<96 hex>"]               # optional, each of rtmr0..rtmr3: accepted values
+        allow_debug = false                # TDATTRIBUTES.DEBUG
+        min_tee_tcb_svn = "<32 hex>"       # each of the 16 TEE_TCB_SVN bytes at least this
+    """
+
+    mrtds: frozenset[bytes]
+    rtmrs: tuple[frozenset[bytes] | None, ...] = (None, None, None, None)
+    allow_debug: bool = False
+    min_tee_tcb_svn: bytes = bytes(16)
+
+    @classmethod
+    def from_mapping(cls, doc: dict) -> "TdxPolicy":
+        unknown = sorted(set(doc) - _TDX)
+        if unknown:
+            raise _bad(f"tdx.{unknown[0]}", f"is unknown (known: {sorted(_TDX)})")
+        if "mrtds" not in doc:
+            raise _bad("tdx.mrtds", "is required: the TD measurements (MRTD) you accept")
+        mrtds = _hexes("tdx.mrtds", doc["mrtds"], 48)
+        if not mrtds:
+            raise _bad("tdx.mrtds", "is empty: no TD would be accepted")
+        rtmrs = tuple(_hexes(f"tdx.rtmr{i}", doc[f"rtmr{i}"], 48) if f"rtmr{i}" in doc else None for i in range(4))
+        svn = doc.get("min_tee_tcb_svn", "00" * 16)
+        try:
+            svn_b = bytes.fromhex(svn) if isinstance(svn, str) else b""
+        except ValueError:
+            svn_b = b""
+        if len(svn_b) != 16:
+            raise _bad("tdx.min_tee_tcb_svn", "must be 32 hex digits (the 16 TEE_TCB_SVN bytes)")
+        return cls(mrtds=mrtds, rtmrs=rtmrs, allow_debug=_flag("tdx.allow_debug", doc.get("allow_debug", False)),
+                   min_tee_tcb_svn=svn_b)
+
+    def check(self, q) -> list[tuple[str, str]]:
+        """The policy's claims on a quote whose signatures verified (a
+        :class:`ccddp.crypto.attest.tdx.TdxQuote`)."""
+        def fail(claim: str, message: str) -> AttestationError:
+            return AttestationError(f"TDX attestation refused, claim {claim!r}: {message}", claim=claim)
+
+        out = []
+        if q.debug and not self.allow_debug:
+            raise fail("policy.debug", f"TDATTRIBUTES {q.td_attributes:#x} has DEBUG set (the host can read the "
+                                       "TD's memory), and the attestation policy forbids it")
+        out.append(("policy.debug", "debug " + ("on (allowed by the policy)" if q.debug else "off")))
+        for i, have in enumerate(q.tee_tcb_svn):
+            if have < self.min_tee_tcb_svn[i]:
+                raise fail("tee_tcb_svn", f"TEE_TCB_SVN byte {i} is {have}, the policy's minimum is "
+                                          f"{self.min_tee_tcb_svn[i]}")
+        out.append(("tee_tcb_svn", f"{q.tee_tcb_svn.hex()} >= {self.min_tee_tcb_svn.hex()}"))
+        if q.mrtd not in self.mrtds:
+            raise fail("mrtd", f"MRTD {q.mrtd.hex()} is not one the policy accepts")
+        out.append(("mrtd", q.mrtd.hex()))
+        for i, accepted in enumerate(self.rtmrs):
+            if accepted is not None and q.rtmrs[i] not in accepted:
+                raise fail(f"rtmr{i}", f"RTMR{i} {q.rtmrs[i].hex()} is not one the policy accepts")
+            out.append((f"rtmr{i}", "accepted" if accepted is not None else "any (the policy lists none)"))
+        return out
+
+
+@dataclass(frozen=True)
+class AttestationPolicy:
+    """A parsed policy file: ``snp`` and ``tdx``, each None when the file has no such
+    table (then no evidence of that kind is accepted); at least one is present."""
+
+    snp: SnpPolicy | None
+    tdx: TdxPolicy | None = None
+
+    @classmethod
+    def from_toml(cls, text: str) -> "AttestationPolicy":
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise _bad("toml", f"is not valid TOML: {e}") from None
+        unknown = sorted(set(doc) - _TOP)
+        if unknown:
+            raise _bad(unknown[0], f"is unknown (known: {sorted(_TOP)})")
+        if doc.get("format") != POLICY_FORMAT:
+            raise _bad("format", f"must be {POLICY_FORMAT!r}, got {doc.get('format')!r}")
+        snp, tdx = doc.get("snp"), doc.get("tdx")
+        for name, table in (("snp", snp), ("tdx", tdx)):
+            if table is not None and not isinstance(table, dict):
+                raise _bad(name, "must be a table")
+        if snp is None and tdx is None:
+            raise _bad("tee", "is missing: neither [snp] nor [tdx] is given, so the policy accepts no evidence")
+        return cls(snp=SnpPolicy.from_mapping(snp) if snp is not None else None,
+                   tdx=TdxPolicy.from_mapping(tdx) if tdx is not None else None)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "AttestationPolicy":
+        p = Path(path)
+        try:
+            size = p.stat().st_size
+            if size > _MAX_POLICY_BYTES:
+                raise _bad("file", f"is too large: {p} is {size} bytes; a policy is at most {_MAX_POLICY_BYTES}")
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise _bad("file", f"is missing: {p} does not exist") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise _bad("file", f"cannot be read: {p}: {e}") from None
+        return cls.from_toml(text)
