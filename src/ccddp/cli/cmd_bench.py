@@ -47,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
     if args.world_size < 2:
         raise ConfigError(f"--world-size must be >= 2 (a collective needs a peer), got {args.world_size}")
     check_collectives(args)
+    from ccddp.cli.preflight import require_gpu_device, warn_oversubscribed
+
+    if args.device == "cuda":
+        require_gpu_device("ccddp bench collectives")   # no GPU device at all: answered before torch loads
+    else:
+        warn_oversubscribed(args.world_size, "ccddp bench collectives")
     if args.device == "cuda":
         from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
 

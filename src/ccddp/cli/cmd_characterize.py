@@ -177,7 +177,13 @@ def _clock(seconds: float) -> str:
 def run(args: argparse.Namespace) -> int:
     from ccddp.bench.characterize import characterize
 
+    from ccddp.cli.preflight import require_gpu_device, warn_oversubscribed
+
     plan = plan_from(args)
+    if plan.device == "cuda":
+        require_gpu_device("ccddp characterize")   # no GPU device at all: answered before torch loads
+    else:
+        warn_oversubscribed(max(plan.world_sizes), "ccddp characterize")
     if plan.device == "cuda":
         from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
 

@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     attacks, collectives = parse_lists(args)
     if args.world_size < 2:
         raise ConfigError(f"--world-size must be >= 2 (an attack needs a link), got {args.world_size}")
+    from ccddp.cli.preflight import warn_oversubscribed
+
+    warn_oversubscribed(args.world_size, "ccddp selftest")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "selftest.json")
         forwarded = ["--attacks", ",".join(attacks), "--collectives", ",".join(collectives), "--impl", args.impl,

@@ -20,6 +20,9 @@ def register(sub) -> None:
     p.add_argument("--world-size", type=int, default=2, help="local ranks to launch on this node")
     p.add_argument("--nnodes", type=int, default=1, help="nodes (run one ccddp train on each)")
     p.add_argument("--node-rank", type=int, default=0, help="this node's index, 0 .. nnodes-1")
+    p.add_argument("--master-addr", default=None, metavar="HOST",
+                   help="node 0's address, reachable from every node, the same on every node (needed with "
+                        "--nnodes > 1; default 127.0.0.1 on one node)")
     p.add_argument("--master-port", type=int, default=None,
                    help="rendezvous port on node 0, the same on every node (needed with --nnodes > 1)")
     p.set_defaults(func=run)
@@ -65,8 +68,11 @@ def check_arguments(args: argparse.Namespace):
         what = "CC-on training needs" if any(v.cc == "on" for v in variants) else "DDP training needs"
         raise ConfigError(f"{what} at least 2 ranks to exchange gradients: use --world-size 2 or more "
                           "(one rank runs with --device cuda, where CC-on differs by the input's bounce path)")
-    if args.nnodes > 1 and args.master_port is None:
-        raise ConfigError("with --nnodes > 1 give every node the same --master-port")
+    if args.nnodes > 1 and (args.master_port is None or not args.master_addr):
+        raise ConfigError("with --nnodes > 1 give every node node 0's address and a port, the same on every node: "
+                          "--master-addr HOST --master-port PORT")
+    if args.master_addr is not None and (not args.master_addr.strip() or any(c.isspace() for c in args.master_addr)):
+        raise ConfigError(f"--master-addr must be a host name or IP address, got {args.master_addr!r}")
     from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE  # the crypto stack: only when checking
 
     if args.nnodes > 1 and any(v.cc == "on" for v in variants) and \
@@ -86,7 +92,12 @@ def launch_line(args: argparse.Namespace, variants) -> str:
     """What ``ccddp train`` is about to run, in one line (printed before torch loads)."""
     where = f"{args.world_size} rank{'' if args.world_size == 1 else 's'}" + (f" on each of {args.nnodes} nodes (this is node {args.node_rank})"
                                           if args.nnodes > 1 else "")
-    measured = f"at least {args.steps}, up to {args.budget:g} s" if args.budget else str(args.steps)
+    measured = str(args.steps)
+    if args.budget and args.precision:
+        measured = (f"at least {args.steps}, until every ratio's 95 % interval is within "
+                    f"±{args.precision * 100:g} % or {args.budget:g} s are measured,")
+    elif args.budget:
+        measured = f"at least {args.steps}, up to {args.budget:g} s"
     if args.device == "cuda":
         where += f" on CUDA (CC-on placement {args.placement})"
     return (f"ccddp train: {args.workload}" + (" (tiny)" if args.size == "tiny" else "") + f" on {where}, "
@@ -95,12 +106,18 @@ def launch_line(args: argparse.Namespace, variants) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ccddp.cli.preflight import require_gpu_device, warn_oversubscribed
+
     variants = check_arguments(args)
+    if args.device == "cuda":
+        require_gpu_device("ccddp train")   # no GPU device at all: answered before torch loads
+    else:
+        warn_oversubscribed(args.world_size, "ccddp train")
+    print(launch_line(args, variants), flush=True)
     if args.device == "cuda":
         from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
 
         require_cuda("ccddp train")
-    print(launch_line(args, variants), flush=True)
     from ccddp.bench.launch import job_env, torchrun
     from ccddp.bench.options import PROGRESS_ENV
 
@@ -110,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         out = args.json or os.path.join(tmp, "train.json")
         timeout = args.timeout * 4 + 600 + 2 * (args.budget or 0)
         torchrun("ccddp.bench.train", forwarded_args(args, out), nproc=args.world_size, nnodes=args.nnodes,
-                 node_rank=args.node_rank, master_port=args.master_port, timeout_s=timeout,
+                 node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port, timeout_s=timeout,
                  env=job_env({PROGRESS_ENV: "1"}))
         if args.node_rank == 0 and os.path.exists(out):
             with open(out) as f:
@@ -150,7 +167,7 @@ def _header(key: str) -> str:
 
 def _print_comparison(results: list[dict], head: str, phases: tuple[str, ...]) -> None:
     from ccddp.report.results import round_ms
-    from ccddp.stats import METHOD, median_interval, paired_ratio, ratio_text
+    from ccddp.stats import METHOD, MIN_SAMPLES, median_interval, paired_ratio, ratio_text
     from ccddp.report.tables import Col, print_rows
 
     def total(r: dict) -> str:
@@ -165,6 +182,11 @@ def _print_comparison(results: list[dict], head: str, phases: tuple[str, ...]) -
     cols += [Col(_header(k), lambda r, k=k: f"{r['summary'][k]:.1f}", drop=len(phases) - i)
              for i, k in enumerate(phases) if k != "total_ms"]
     how = base["pairing"]["alternation"]
+    notes = [f"¹ {METHOD}; not the ratio of the medians in the total column."]
+    short = [r["ratio"].n for r in rows if r["ratio"] is not None and not r["ratio"].known]
+    if short:
+        notes.append(f"No interval from {min(short)} rounds: a 95 % interval needs at least {MIN_SAMPLES}. Leave out "
+                     f"--steps (the default measures until the interval is within ±10 %) or give --steps "
+                     f"{MIN_SAMPLES} or more.")
     print_rows(cols, rows, title=f"{head}: variants in turns ({'one iteration' if how == 'iteration' else 'blocks'} "
-                                 f"each), medians over measured iterations",
-               notes=[f"¹ {METHOD}; not the ratio of the medians in the total column."])
+                                 f"each), medians over measured iterations", notes=notes)

@@ -1,0 +1,180 @@
+"""What a new user meets on the first pass (issue 43): the README's first ``ccddp train``
+shows the 95 % interval it promises, ``--master-addr`` reaches torchrun, mistakes and
+misfits are answered before torch or torchrun starts, every longer command says what it
+is doing at once, one way to print a ratio, tables within 120 columns with every column
+explained, and the README's numbers come from one file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ccddp.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _ccddp(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "ccddp.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def _first_contact_commands() -> list[str]:
+    """The commands of the README's "First contact" block, comments cut."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## First contact", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+# -- 1. the first `ccddp train` gives the interval the README promises -----------------------------
+
+def test_a_comparison_by_default_measures_enough_rounds_for_an_interval():
+    from ccddp.bench.options import COMPARE_DEFAULTS, DEFAULT_STEPS, build_parser, check
+    from ccddp.stats import MIN_SAMPLES
+
+    assert COMPARE_DEFAULTS["steps"] == MIN_SAMPLES
+    args = build_parser().parse_args(["--workload", "graphsage", "--cc", "off,on"])
+    check(args)
+    assert (args.steps, args.budget, args.precision) == (MIN_SAMPLES, COMPARE_DEFAULTS["budget"],
+                                                        COMPARE_DEFAULTS["precision"])
+    one = build_parser().parse_args(["--workload", "graphsage", "--cc", "on"])
+    check(one)
+    assert (one.steps, one.budget, one.precision) == (DEFAULT_STEPS, None, None)
+    given = build_parser().parse_args(["--workload", "graphsage", "--cc", "off,on", "--steps", "4"])
+    check(given)     # what the user gives is kept
+    assert (given.steps, given.budget, given.precision) == (4, None, None)
+
+
+def test_the_readme_first_train_command_prints_a_95_percent_interval(tmp_path):
+    train = [c for c in _first_contact_commands() if c.startswith("ccddp train")]
+    assert train, "the README's first contact has no ccddp train command"
+    out = tmp_path / "t.json"
+    r = _ccddp(*shlex.split(train[0])[1:], "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert {run["pairing"]["rounds"] for run in runs} >= {6} or min(run["pairing"]["rounds"] for run in runs) >= 6
+    ratio_line = next(line for line in r.stdout.splitlines() if "on:pipelined" in line and "│" in line)
+    assert "no interval" not in ratio_line and re.search(r"\(\d+\.\d\d–\d+\.\d\d\)", ratio_line), r.stdout
+
+
+# -- 4. --master-addr reaches torchrun -------------------------------------------------------------
+
+SECRET = "04fccafb0452801fd7829c2113e85de94146f84ef090b1f880c47b8dcf90fec9"
+
+
+def test_train_passes_master_addr_to_torchrun(monkeypatch, capsys):
+    import ccddp.bench.launch as launch
+
+    seen: list[list[str]] = []
+
+    def fake_supervised(cmd, env, **kw):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(launch, "supervised", fake_supervised)
+    monkeypatch.setenv("CCDDP_GROUP_SECRET", SECRET)
+    assert main(["train", "--workload", "graphsage", "--size", "tiny", "--cc", "on", "--world-size", "1",
+                 "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.2.3", "--master-port", "29555"]) == 0
+    (cmd,) = seen
+    assert cmd[1:3] == ["-m", "torch.distributed.run"]
+    assert "--master-addr=10.1.2.3" in cmd and "--master-port=29555" in cmd and "--node-rank=1" in cmd
+    assert not any(a.startswith("--master-addr=127.") for a in cmd)
+
+
+def test_torchrun_defaults_to_this_machine(monkeypatch):
+    import ccddp.bench.launch as launch
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(launch, "supervised",
+                        lambda cmd, env, **kw: seen.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    launch.torchrun("ccddp.bench.train", [], nproc=2, env={})
+    launch.torchrun("ccddp.bench.train", [], nproc=1, nnodes=2, master_addr="node0.example", master_port=29600,
+                    env={})
+    assert "--master-addr=127.0.0.1" in seen[0]
+    assert "--master-addr=node0.example" in seen[1] and "--master-port=29600" in seen[1]
+
+
+# -- 3. mistakes answered before torch or torchrun, in one line -----------------------------------
+
+PROBE = """
+import json, sys
+from ccddp.cli import main
+code = main(json.loads(sys.argv[1]))
+print("TORCH" if "torch" in sys.modules else "NO-TORCH", code)
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--workload", "graphsage", "--device", "cuda"],
+    ["bench", "collectives", "--device", "cuda"],
+    ["characterize", "--quick", "--device", "cuda", "--out", "OUT"],
+    ["train", "--workload", "graphsage", "--nnodes", "2", "--node-rank", "1", "--master-port", "29500"],
+], ids=["train-cuda", "bench-cuda", "characterize-cuda", "train-no-master-addr"])
+def test_no_gpu_and_no_master_addr_are_answered_before_torch_loads(argv, tmp_path):
+    from ccddp.cli.preflight import gpu_device_files
+
+    if "cuda" in argv and gpu_device_files():
+        pytest.skip("this machine has a GPU device: torch's own check answers")
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path, env={**os.environ, "CCDDP_GROUP_SECRET": SECRET})
+    assert p.stdout.split()[-2:] == ["NO-TORCH", "2"], p.stdout + p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ccddp: error: "), p.stderr
+    assert ("--device cpu" in lines[0]) if "cuda" in argv else ("--master-addr HOST" in lines[0])
+
+
+def test_more_ranks_than_cores_is_a_warning_with_the_numbers():
+    import io
+
+    from ccddp.cli.preflight import oversubscribed, warn_oversubscribed
+
+    assert oversubscribed(2, cores=2) is None
+    err = io.StringIO()
+    text = warn_oversubscribed(64, "ccddp train", stream=err, cores=2)
+    assert text and "64 local ranks on 2 CPU cores" in text and "--world-size 2" in text
+    assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("ccddp train: warning: 64 local ranks")
+
+
+def test_train_warns_before_it_launches_more_ranks_than_cores(monkeypatch, capsys):
+    import ccddp.bench.launch as launch
+    import ccddp.cli.preflight as preflight
+
+    monkeypatch.setattr(preflight, "usable_cores", lambda: 2)
+    monkeypatch.setattr(launch, "supervised", lambda cmd, env, **kw: subprocess.CompletedProcess(cmd, 0, "", ""))
+    assert main(["train", "--workload", "graphsage", "--size", "tiny", "--cc", "on", "--world-size", "3"]) == 0
+    out, err = capsys.readouterr()
+    warning = [line for line in err.splitlines() if "warning" in line]
+    assert warning == ["ccddp train: warning: 3 local ranks on 2 CPU cores: the ranks will take turns on the cores, "
+                       "so the times measure that contention too (--world-size 2 or fewer gives each rank a core)"]
+
+
+NO_SECRET_SCRIPT = """
+import torch.distributed as dist
+dist.init_process_group("ccddp")
+print("initialised")
+"""
+
+
+def test_the_backend_without_key_material_says_so_in_one_line_per_rank(tmp_path):
+    # A script started without ccddp launch or a secret (as under plain torchrun: RANK,
+    # WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one line, naming both ways to fix it.
+    from ccddp.bench.launch import free_port
+
+    script = tmp_path / "demo.py"
+    script.write_text(NO_SECRET_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCDDP_")}
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode != 0 and "initialised" not in p.stdout
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("ccddp: error: rank 0: no key material") and "`ccddp launch`" in lines[0] \
+        and "CCDDP_GROUP_SECRET" in lines[0], lines[0]
