@@ -178,3 +178,74 @@ def test_the_backend_without_key_material_says_so_in_one_line_per_rank(tmp_path)
     assert len(lines) == 1, p.stderr
     assert lines[0].startswith("ccddp: error: rank 0: no key material") and "`ccddp launch`" in lines[0] \
         and "CCDDP_GROUP_SECRET" in lines[0], lines[0]
+
+
+# -- 5. every longer command says what it is doing before anything slow starts --------------------
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_at(monkeypatch, module: str, name: str, capsys, seen: list[str]):
+    """Replace ``module.name`` with a function that records what was printed so far and stops
+    the command there (as a ccddp error: exit 2)."""
+    import importlib
+
+    from ccddp.errors import CCDDPError
+
+    def stop(*a, **k):
+        seen.append(capsys.readouterr().out)
+        raise CCDDPError("stopped by the test")
+
+    monkeypatch.setattr(importlib.import_module(module), name, stop)
+
+
+def test_bench_collectives_says_what_it_measures_before_timing_anything(monkeypatch, capsys):
+    seen: list[str] = []
+    _stop_at(monkeypatch, "ccddp.bench.machine", "aes_gcm_rate", capsys, seen)
+    assert main(["bench", "collectives", "--world-size", "2", "--sizes", "1M,64M"]) == 2
+    (before,) = seen
+    assert before.splitlines()[0] == (
+        "ccddp bench collectives: gloo, ring, secure-naive, secure in turns on 2 local ranks, all_reduce of 1M, "
+        "64M: 2 warm-up + 10 measured calls each (96 calls); timing this machine's AES-GCM first, then starting "
+        "the ranks")
+
+
+def test_selftest_says_what_it_attacks_before_the_ranks_start(monkeypatch, capsys):
+    seen: list[str] = []
+    _stop_at(monkeypatch, "ccddp.bench.launch", "torchrun", capsys, seen)
+    assert main(["selftest", "--world-size", "2", "--attacks", "flip,replay", "--collectives",
+                 "all_reduce,broadcast"]) == 2
+    assert seen[0].splitlines()[0].startswith("ccddp selftest: 2 attacks against 2 collectives on 2 local ranks")
+
+
+def test_train_says_it_checks_the_model_before_loading_torch(monkeypatch, capsys):
+    import ccddp.cli.cmd_train as cmd_train
+
+    seen: list[str] = []
+    _stop_at(monkeypatch, "ccddp.cli.cmd_train", "check_request", capsys, seen)
+    assert main(["train", "--workload", "graphsage", "--cc", "off,on"]) == 2
+    lines = seen[0].splitlines()
+    assert lines[0].startswith("ccddp train: graphsage on 2 ranks, cc off, on:pipelined; 2 warm-up + at least 6, "
+                               "until every ratio's 95 % interval is within ±10 % or 10 s are measured"), lines
+    assert lines[1] == "checking that graphsage fits in memory (loads torch and the model)"
+    assert cmd_train  # the module whose check was stopped
+
+
+def test_characterize_says_what_it_runs_and_its_bar_knows_the_total(monkeypatch, capsys, tmp_path):
+    from ccddp.cli.cmd_characterize import BarProgress, plan_from
+
+    seen: list[str] = []
+    _stop_at(monkeypatch, "ccddp.bench.characterize", "characterize", capsys, seen)
+    assert main(["characterize", "--quick", "--out", str(tmp_path / "q")]) == 2
+    first = seen[0].splitlines()[0]
+    assert re.match(r"ccddp characterize: \d+ launches to run: .* ranks, CC-off and CC-on", first), first
+    import argparse
+
+    from ccddp.cli import build_parser
+
+    args: argparse.Namespace = build_parser(["characterize"]).parse_args(
+        ["characterize", "--quick", "--out", str(tmp_path / "q")])
+    plan = plan_from(args)
+    with BarProgress(plan, total=4) as bar:
+        assert bar.bar.tasks[0].total == 4           # not "0/None" while the first launch prepares

@@ -40,6 +40,15 @@ def register(sub) -> None:
     c.set_defaults(func=run_channel)
 
 
+def collectives_start_line(args: argparse.Namespace) -> str:
+    """What ``bench collectives`` is about to do, printed before anything slow starts."""
+    sizes, impls, ops = args.sizes.split(","), args.impl.split(","), args.ops.split(",")
+    return (f"ccddp bench collectives: {', '.join(impls)} in turns on {args.world_size} local ranks, "
+            f"{', '.join(ops)} of {', '.join(sizes)}: {args.warmup} warm-up + {args.iters} measured calls each "
+            f"({len(impls) * len(ops) * len(sizes) * (args.warmup + args.iters)} calls); timing this machine's "
+            "AES-GCM first, then starting the ranks")
+
+
 def run(args: argparse.Namespace) -> int:
     from ccddp.bench.options import check_collectives
 
@@ -57,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
 
         require_cuda("ccddp bench collectives")
+    print(collectives_start_line(args), flush=True)
     from ccddp.bench.collectives import validate
     from ccddp.bench.launch import torchrun
     from ccddp.bench.machine import aes_gcm_rate

@@ -121,8 +121,10 @@ def run(args: argparse.Namespace) -> int:
     from ccddp.bench.launch import job_env, torchrun
     from ccddp.bench.options import PROGRESS_ENV
 
+    print(f"checking that {args.workload} fits in memory (loads torch and the model)", flush=True)
     check_request(args)
-    print(f"starting {args.world_size} local ranks; rank 0 prints each iteration", flush=True)
+    print(f"starting {args.world_size} local rank{'s' * (args.world_size != 1)} (each loads torch and builds the "
+          "model first); rank 0 prints each iteration", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = args.json or os.path.join(tmp, "train.json")
         timeout = args.timeout * 4 + 600 + 2 * (args.budget or 0)
