@@ -249,3 +249,26 @@ def test_characterize_says_what_it_runs_and_its_bar_knows_the_total(monkeypatch,
     plan = plan_from(args)
     with BarProgress(plan, total=4) as bar:
         assert bar.bar.tasks[0].total == 4           # not "0/None" while the first launch prepares
+
+
+# -- 8. one way to print a ratio ------------------------------------------------------------------
+
+def test_bench_collectives_prints_its_ratios_as_train_does():
+    import io
+
+    from ccddp.report.tables import print_collectives
+    from ccddp.stats import Interval, ratio_text
+
+    def row(impl, t, iv):
+        return {"impl": impl, "op": "all_reduce", "bytes": 1 << 20, "count": 262144, "type": "float32",
+                "redop": "sum", "time_us": t, "algbw_gbps": 1.0, "busbw_gbps": 1.0, "wrong": 0,
+                "cpu_us_per_rank": 1.0, "seals_per_rank": 0, "opens_per_rank": 0, "tag_granularity": "segment 4MiB",
+                "paired_ratios": {"gloo": iv[0]} if iv else {}, "paired_ratio_intervals": {"gloo": iv} if iv else {}}
+
+    rows = [row("gloo", 100.0, None), row("secure", 333.0, [3.33, 0.50, 6.79, 10]),
+            row("ring", 180.0, [1.8, 1.6, 2.0, 10]), row("secure-naive", 500.0, [5.0, None, None, 3])]
+    out = io.StringIO()
+    print_collectives(rows, title="t", aes=None, stream=out)
+    text = out.getvalue()
+    assert "no measurable difference (0.50–6.79)" in text and "3.33 (0.50" not in text
+    assert ratio_text(Interval(1.8, 1.6, 2.0, 10)) in text and "5.00× (n=3, no interval)" in text

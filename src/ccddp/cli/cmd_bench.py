@@ -146,15 +146,14 @@ def _run_channel_host(nbytes: int, reps: int, path: str | None) -> int:
 
 
 def channel_ratio_text(iv: list) -> str:
-    """``98 % of raw (91–104 %): no measurable difference``, ``83 % of raw (80–86 %)``, or the
-    estimate alone with too few repetitions for an interval."""
-    est, low, high, n = iv
-    if est is None:
+    """``[estimate, low, high, n]`` as every ratio is printed (:func:`ccddp.stats.ratio_text`):
+    ``0.83× (0.80–0.86)``, ``no measurable difference (0.91–1.04)``, or the estimate with
+    ``(n=3, no interval)``."""
+    from ccddp.stats import Interval, ratio_text
+
+    if iv[0] is None:
         return "not measured"
-    if low is None or high is None:
-        return f"{est:.0%} of raw (n={n}, no interval)"
-    same = ": no measurable difference" if low <= 1 <= high else ""
-    return f"{est:.0%} of raw ({low:.0%}–{high:.0%}){same}"
+    return ratio_text(Interval(*iv))
 
 
 def _run_channel_cuda(nbytes: int, reps: int, path: str | None) -> int:

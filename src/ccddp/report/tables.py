@@ -132,11 +132,13 @@ def collectives_columns(ref: str, wide: bool = True) -> list[Col]:
     def paired(r: dict) -> str:
         if r["impl"] == ref:
             return "1"
+        from ccddp.stats import Interval, ratio_text
+
         iv = r.get("paired_ratio_intervals", {}).get(ref)
-        if iv and iv[1] is not None and iv[2] is not None:
-            return f"{iv[0]:.2f} ({iv[1]:.2f}–{iv[2]:.2f})"
+        if iv and iv[0] is not None:
+            return ratio_text(Interval(*iv))      # the one way every ratio is printed
         p = r.get("paired_ratios", {})
-        return f"{p[ref]:.2f}" if ref in p else "-"
+        return ratio_text(Interval(p[ref], None, None, 0)) if ref in p else "-"
 
     if not wide:
         return [
