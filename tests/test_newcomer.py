@@ -272,3 +272,71 @@ def test_bench_collectives_prints_its_ratios_as_train_does():
     text = out.getvalue()
     assert "no measurable difference (0.50–6.79)" in text and "3.33 (0.50" not in text
     assert ratio_text(Interval(1.8, 1.6, 2.0, 10)) in text and "5.00× (n=3, no interval)" in text
+
+
+# -- 9. tables within 120 columns, every column explained -----------------------------------------
+
+def _train_result(variant: str, n: int = 8) -> dict:
+    its = [{"step": i, "warmup": i < 2, "round": None if i < 2 else i - 2, "total_ms": 100.0 + i + (30 if variant != "off" else 0),
+            "data_ms": 1.0, "bounce_ms": 0.0, "forward_ms": 20.0, "backward_ms": 50.0, "exposed_comm_ms": 10.0,
+            "optimizer_ms": 5.0, "crypto_busy_ms": 12.0} for i in range(n)]
+    return {"workload": "bert-base", "world_size": 2, "variant": variant, "steps": n - 2, "iterations": its,
+            "summary": {k: 10.0 for k in ("total_ms", "data_ms", "bounce_ms", "forward_ms", "backward_ms",
+                                          "exposed_comm_ms", "optimizer_ms", "crypto_busy_ms")},
+            "pairing": {"alternation": "iteration"}, "allreduce_calls_per_iteration": 12, "seals_per_rank": 24,
+            "opens_per_rank": 24, "broadcast_seals_per_iteration": 0, "bounce_seals_per_iteration": 0,
+            "param_sha256": "0123456789abcdef" * 4}
+
+
+@pytest.mark.parametrize("variants", [["on:pipelined"], ["off", "on:naive", "on:pipelined"]], ids=["one", "three"])
+def test_train_tables_fit_120_columns_off_a_terminal_and_explain_every_column(variants):
+    import io
+
+    from ccddp.cli.cmd_train import print_summary
+
+    out = io.StringIO()
+    print_summary([_train_result(v) for v in variants], stream=out)
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 120, max(text.splitlines(), key=len)
+    for word in ("exposed comm (waiting", "crypto busy:", "bounce (the input", "total:"):
+        assert word in " ".join(text.split()), word
+    wide = io.StringIO()
+    print_summary([_train_result(v) for v in variants], stream=wide, wide=True)
+    assert "Left out" not in wide.getvalue()
+
+
+def test_train_has_wide():
+    from ccddp.cli import build_parser
+
+    args = build_parser(["train"]).parse_args(["train", "--workload", "graphsage", "--wide"])
+    assert args.wide is True
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--profile", "h100-cc", "--workload", "gpt2-xl", "--gpus", "2,4,8,64"],
+    ["simulate", "--profile", "paper-h100", "--workload", "all", "--gpus", "2,4,8", "--schedule", "naive,pipelined"],
+    ["tune", "--profile", "h100-cc", "--workload", "bert-large", "--gpus", "8"],
+    ["tune", "--profile", "paper-h100", "--workload", "gpt2-xl", "--gpus", "8"],
+], ids=["simulate-h100-cc", "simulate-paper", "tune-h100-cc", "tune-paper"])
+def test_simulate_and_tune_fit_120_columns_in_a_pipe(argv):
+    p = _ccddp(*argv)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 120, max(lines, key=len)
+    assert "…" not in p.stdout
+
+
+def test_simulate_explains_every_column_and_crypto_0_beside_a_slowdown():
+    p = _ccddp("simulate", "--profile", "h100-cc", "--workload", "gpt2-xl", "--gpus", "2,64")
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())
+    header = next(line for line in p.stdout.splitlines() if "workload" in line and "slowdown" in line)
+    columns = [c.strip() for c in header.strip("┃ ").split("┃")]
+    assert "other" not in columns and "launch" in columns
+    for col in ("CC-off ms", "CC-on ms", "slowdown", "fwd", "bwd", "comm", "crypto", "bounce", "opt", "launch",
+                "data", "GPUs"):
+        assert col in columns and (f"{col}:" in text or f" {col} " in text.split("GPUs:")[0] + " GPUs:"), col
+    assert "--wide adds ops/AR and AR" in text
+    assert "crypto 0 beside a slowdown (h100-cc native at 2 GPUs)" in text and "slower kernel launches (launch)" in text
+    wide = _ccddp("simulate", "--profile", "h100-cc", "--workload", "gpt2-xl", "--gpus", "2", "--wide")
+    assert "ops/AR" in wide.stdout and "ops/AR: seal + open operations per all-reduce call" in " ".join(wide.stdout.split())

@@ -20,6 +20,9 @@ def register(sub) -> None:
     p.add_argument("--world-size", type=int, default=2, help="local ranks to launch on this node")
     p.add_argument("--nnodes", type=int, default=1, help="nodes (run one ccddp train on each)")
     p.add_argument("--node-rank", type=int, default=0, help="this node's index, 0 .. nnodes-1")
+    p.add_argument("--wide", action="store_true",
+                   help="every column at the terminal's width, or off a terminal the table's natural width "
+                        "(default: at most 120 columns; columns left out are named under the table)")
     p.add_argument("--master-addr", default=None, metavar="HOST",
                    help="node 0's address, reachable from every node, the same on every node (needed with "
                         "--nnodes > 1; default 127.0.0.1 on one node)")
@@ -134,16 +137,23 @@ def run(args: argparse.Namespace) -> int:
         if args.node_rank == 0 and os.path.exists(out):
             with open(out) as f:
                 result = json.load(f)
-            print_summary(result.get("runs", [result]))
+            print_summary(result.get("runs", [result]), wide=args.wide)
     if args.json and args.node_rank == 0:
         print(f"wrote {args.json}")
     return 0
 
 
-def print_summary(results: list[dict]) -> None:
-    """One variant: every iteration; several: each variant's medians and the paired ratios."""
+def print_summary(results: list[dict], wide: bool = False, stream=None) -> None:
+    """One variant: every iteration; several: each variant's medians and the paired ratios.
+    At most 120 columns unless ``wide``; every column explained once under the table."""
+    import sys
+    import textwrap
+
     from ccddp.bench.options import PHASES
-    from ccddp.report.tables import Col, print_rows
+    from ccddp.report.tables import Col, default_width, print_rows
+
+    stream = stream or sys.stdout
+    width = default_width(stream, wide)
 
     first = results[0]
     head = f"{first['workload']}, world size {first['world_size']}"
@@ -153,21 +163,31 @@ def print_summary(results: list[dict]) -> None:
         cols += [Col(_header(k), lambda it, k=k: f"{it[k]:.1f}", drop=len(phases) - i)
                  for i, k in enumerate(phases) if k != "total_ms"]
         cols.insert(1, Col("total (ms)", lambda it: f"{it['total_ms']:.1f}"))
-        print_rows(cols, first["iterations"], title=f"{head}, {first['variant']}")
+        print_rows(cols, first["iterations"], title=f"{head}, {first['variant']}", notes=[PHASE_NOTE],
+                   width=width, stream=stream, wide=wide)
     else:
-        _print_comparison(results, head, phases)
+        _print_comparison(results, head, phases, width, stream, wide)
     for r in results:
-        print(f"{r['variant']}: all-reduce calls/iter {r['allreduce_calls_per_iteration']}, seals/rank "
-              f"{r['seals_per_rank']}, opens/rank {r['opens_per_rank']}, broadcast seals/iter "
-              f"{r['broadcast_seals_per_iteration']}, bounce seals/iter {r['bounce_seals_per_iteration']}, "
-              f"params sha256 {r['param_sha256'][:16]}…")
+        line = (f"{r['variant']}: all-reduce calls/iter {r['allreduce_calls_per_iteration']}, seals/rank "
+                f"{r['seals_per_rank']}, opens/rank {r['opens_per_rank']}, broadcast seals/iter "
+                f"{r['broadcast_seals_per_iteration']}, bounce seals/iter {r['bounce_seals_per_iteration']}, "
+                f"params sha256 {r['param_sha256'][:16]}…")
+        print(textwrap.fill(line, width, subsequent_indent="  ") if width else line, file=stream)
+
+
+#: Every phase column of the train tables, explained once under the table.
+PHASE_NOTE = ("Phases, ms per iteration: data (the batch made), bounce (the input batch's sealed copy through "
+              "the bounce buffer, CC-on), forward, backward (until DDP's last gradient bucket is ready), exposed "
+              "comm (waiting for the all-reduces after that), optimizer; total: the whole iteration; crypto busy: "
+              "time spent sealing and opening, overlapped with the rest or not.")
 
 
 def _header(key: str) -> str:
     return key.removesuffix("_ms").replace("_", " ") + " (ms)"
 
 
-def _print_comparison(results: list[dict], head: str, phases: tuple[str, ...]) -> None:
+def _print_comparison(results: list[dict], head: str, phases: tuple[str, ...], width: int | None = None,
+                      stream=None, wide: bool = False) -> None:
     from ccddp.report.results import round_ms
     from ccddp.stats import METHOD, MIN_SAMPLES, median_interval, paired_ratio, ratio_text
     from ccddp.report.tables import Col, print_rows
@@ -184,11 +204,13 @@ def _print_comparison(results: list[dict], head: str, phases: tuple[str, ...]) -
     cols += [Col(_header(k), lambda r, k=k: f"{r['summary'][k]:.1f}", drop=len(phases) - i)
              for i, k in enumerate(phases) if k != "total_ms"]
     how = base["pairing"]["alternation"]
-    notes = [f"¹ {METHOD}; not the ratio of the medians in the total column."]
+    notes = [f"measured: rounds each variant was measured; total: median iteration time with its 95 % interval. "
+             f"¹ {METHOD}; not the ratio of the medians in the total column. {PHASE_NOTE} (medians)"]
     short = [r["ratio"].n for r in rows if r["ratio"] is not None and not r["ratio"].known]
     if short:
         notes.append(f"No interval from {min(short)} rounds: a 95 % interval needs at least {MIN_SAMPLES}. Leave out "
                      f"--steps (the default measures until the interval is within ±10 %) or give --steps "
                      f"{MIN_SAMPLES} or more.")
     print_rows(cols, rows, title=f"{head}: variants in turns ({'one iteration' if how == 'iteration' else 'blocks'} "
-                                 f"each), medians over measured iterations", notes=notes)
+                                 f"each), medians over measured iterations", notes=notes, width=width, stream=stream,
+               wide=wide)
