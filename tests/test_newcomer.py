@@ -340,3 +340,21 @@ def test_simulate_explains_every_column_and_crypto_0_beside_a_slowdown():
     assert "crypto 0 beside a slowdown (h100-cc native at 2 GPUs)" in text and "slower kernel launches (launch)" in text
     wide = _ccddp("simulate", "--profile", "h100-cc", "--workload", "gpt2-xl", "--gpus", "2", "--wide")
     assert "ops/AR" in wide.stdout and "ops/AR: seal + open operations per all-reduce call" in " ".join(wide.stdout.split())
+
+
+# -- 10. calibrate says when its model check ran under load ---------------------------------------
+
+def test_calibrate_says_its_model_check_ran_under_load():
+    from ccddp.cli.cmd_calibrate import load_line
+
+    checks = [{"error": -0.72}, {"error": 0.84}, {"error": 0.1}]
+    loaded = load_line({"load_before": [3.1, 2.0, 1.5], "load_after": [4.0, 2.5, 1.6], "cores": 2,
+                        "others_share": 0.45}, checks)
+    assert loaded.startswith("The model check ran under load: other processes took 45% of the CPU, load average "
+                             "3.1 (1 min) on 2 cores before it started.")
+    assert "(-72% to +84%)" in loaded and "quiet machine" in loaded
+    quiet = load_line({"load_before": [0.1, 0.1, 0.1], "cores": 2, "others_share": 0.01}, checks)
+    assert quiet.startswith("The model check ran on a quiet machine: other processes took 1% of the CPU")
+    # Without psutil's measure, the load average before it started decides.
+    assert "under load" in load_line({"load_before": [1.5, 1, 1], "cores": 2, "others_share": None}, checks)
+    assert load_line(None, checks) is None

@@ -114,8 +114,6 @@ def run(args: argparse.Namespace) -> int:
     variants = check_arguments(args)
     if args.device == "cuda":
         require_gpu_device("ccddp train")   # no GPU device at all: answered before torch loads
-    else:
-        warn_oversubscribed(args.world_size, "ccddp train")
     print(launch_line(args, variants), flush=True)
     if args.device == "cuda":
         from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
@@ -126,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"checking that {args.workload} fits in memory (loads torch and the model)", flush=True)
     check_request(args)
+    if args.device == "cpu":   # after the checks that refuse: a warning, not a refusal, before torchrun starts
+        warn_oversubscribed(args.world_size, "ccddp train")
     print(f"starting {args.world_size} local rank{'s' * (args.world_size != 1)} (each loads torch and builds the "
           "model first); rank 0 prints each iteration", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
