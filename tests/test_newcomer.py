@@ -226,8 +226,9 @@ def test_train_says_it_checks_the_model_before_loading_torch(monkeypatch, capsys
     _stop_at(monkeypatch, "ccddp.cli.cmd_train", "check_request", capsys, seen)
     assert main(["train", "--workload", "graphsage", "--cc", "off,on"]) == 2
     lines = seen[0].splitlines()
-    assert lines[0].startswith("ccddp train: graphsage on 2 ranks, cc off, on:pipelined; 2 warm-up + at least 6, "
-                               "until every ratio's 95 % interval is within ±10 % or 10 s are measured"), lines
+    assert lines[0].startswith("ccddp train: graphsage on 2 ranks, cc off, on:pipelined; 2 warm-up iterations per "
+                               "variant, then rounds until every ratio's 95 % interval is within ±10 % (at least 6, "
+                               "at most 10 s measured)"), lines
     assert lines[1] == "checking that graphsage fits in memory (loads torch and the model)"
     assert cmd_train  # the module whose check was stopped
 
@@ -358,3 +359,60 @@ def test_calibrate_says_its_model_check_ran_under_load():
     # Without psutil's measure, the load average before it started decides.
     assert "under load" in load_line({"load_before": [1.5, 1, 1], "cores": 2, "others_share": None}, checks)
     assert load_line(None, checks) is None
+
+
+# -- 7. the README's first screen ----------------------------------------------------------------
+
+def test_the_readme_first_screen_says_what_it_is_then_the_commands_then_the_example():
+    text = (ROOT / "README.md").read_text()
+    first = text.split("## First contact", 1)[0]
+    block = first.split("```bash", 1)[1].split("```", 1)[0].strip().splitlines()
+    commands = [line.split("#", 1)[0].strip() for line in block]
+    assert commands == ["python -m venv .venv && . .venv/bin/activate",
+                        "bash scripts/setup.sh && ccddp characterize --quick --out runs/quick",
+                        "bash scripts/setup.sh && python -m pytest -q"]
+    before = first.split("```bash", 1)[0]
+    assert "torch.distributed" in before and "AES-256-GCM" in before          # what it is, first
+    assert "**Runs today**" in first.split("```bash", 1)[1]                  # then what runs today
+    for detail in ("NCCL", "Triton", "placement", "pinned"):
+        assert detail not in first, detail                                   # details come later
+    assert ".venv/" in (ROOT / ".gitignore").read_text().split()
+
+
+# -- 6. the README's numbers from one place --------------------------------------------------------
+
+def _numbers_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_numbers", ROOT / "scripts" / "readme_numbers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_numbers_agree_with_the_numbers_file():
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme_numbers.py"), "--check"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    text = (ROOT / "README.md").read_text()
+    plain = _numbers_script().SPAN.sub("", text)
+    # No test count or test/main-job time outside a span.
+    for stray in (r"\(~\d+ min", r"\d[,\d]* tests in", r"\d+ of [\d,]+ on 20", r"~\d+ min quiet"):
+        assert not re.search(stray, plain), re.search(stray, plain)[0]
+
+
+def test_a_measured_run_updates_every_number_at_once(tmp_path):
+    readme, numbers = tmp_path / "README.md", tmp_path / "numbers.json"
+    readme.write_text((ROOT / "README.md").read_text())
+    numbers.write_text((ROOT / "docs" / "numbers.json").read_text())
+    junit = tmp_path / "suite.xml"
+    junit.write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="1212" failures="0" '
+                     'errors="0" skipped="257" time="790.2"/></testsuites>')
+    script = _numbers_script()
+    assert script.main(["--junit", str(junit), "--main-job-s", "314", "--date", "2026-12-01",
+                        "--numbers", str(numbers), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "1,212 tests, 257 of them skipping" in text and "all 1,212 tests in 13 min 10 s -- 955 pass" in text
+    assert text.count("<!--n:main_job_about-->~5 min<!--/n-->") == 2 and "5 min 14 s in one run" in text
+    assert json.loads(numbers.read_text())["suite"]["passed"] == 955
+    assert script.main(["--check", "--numbers", str(numbers), "--readme", str(readme)]) == 0

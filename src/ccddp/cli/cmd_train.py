@@ -95,17 +95,18 @@ def launch_line(args: argparse.Namespace, variants) -> str:
     """What ``ccddp train`` is about to run, in one line (printed before torch loads)."""
     where = f"{args.world_size} rank{'' if args.world_size == 1 else 's'}" + (f" on each of {args.nnodes} nodes (this is node {args.node_rank})"
                                           if args.nnodes > 1 else "")
-    measured = str(args.steps)
     if args.budget and args.precision:
-        measured = (f"at least {args.steps}, until every ratio's 95 % interval is within "
-                    f"±{args.precision * 100:g} % or {args.budget:g} s are measured,")
+        plan = (f"{args.warmup} warm-up iterations per variant, then rounds until every ratio's 95 % interval is "
+                f"within ±{args.precision * 100:g} % (at least {args.steps}, at most {args.budget:g} s measured)")
     elif args.budget:
-        measured = f"at least {args.steps}, up to {args.budget:g} s"
+        plan = f"{args.warmup} warm-up + at least {args.steps}, up to {args.budget:g} s measured iterations per variant"
+    else:
+        plan = f"{args.warmup} warm-up + {args.steps} measured iterations per variant"
     if args.device == "cuda":
         where += f" on CUDA (CC-on placement {args.placement})"
     return (f"ccddp train: {args.workload}" + (" (tiny)" if args.size == "tiny" else "") + f" on {where}, "
-            f"cc {', '.join(v.label for v in variants)}; {args.warmup} warm-up + {measured} measured "
-            f"iterations per variant; results: {args.json or 'printed, not kept (--json PATH keeps them)'}")
+            f"cc {', '.join(v.label for v in variants)}; {plan}; "
+            f"results: {args.json or 'printed, not kept (--json PATH keeps them)'}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -151,7 +151,10 @@ def collectives_columns(ref: str, wide: bool = True) -> list[Col]:
         if iv and iv[0] is not None:
             return ratio_text(Interval(*iv))      # the one way every ratio is printed
         p = r.get("paired_ratios", {})
-        return ratio_text(Interval(p[ref], None, None, 0)) if ref in p else "-"
+        if ref not in p:
+            return "-"
+        # A row from before intervals were recorded: the estimate alone, in the same words.
+        return ratio_text(Interval(p[ref], None, None, 0)).replace(" (not measured in turns, no interval)", "")
 
     if not wide:
         return [
