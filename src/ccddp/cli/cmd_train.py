@@ -33,12 +33,12 @@ def register(sub) -> None:
 
 def forwarded_args(args: argparse.Namespace, json_path: str) -> list[str]:
     out = ["--workload", args.workload, "--size", args.size, "--cc", args.cc, "--schedule", args.schedule,
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--alternate", args.alternate,
+           "--warmup", str(args.warmup), "--alternate", args.alternate,
            "--block", str(args.block), "--seed", str(args.seed), "--lr", str(args.lr),
            "--segment-mb", str(args.segment_mb), "--chains", str(args.chains), "--tag", args.tag,
            "--trust-domains", args.trust_domains, "--device", args.device, "--placement", args.placement,
            "--timeout", str(args.timeout), "--json", json_path]
-    for flag, value in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
+    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size), ("--seq-len", args.seq_len),
                         ("--image-size", args.image_size), ("--dtype", args.dtype),
                         ("--bucket-cap-mb", args.bucket_cap_mb), ("--budget", args.budget),
                         ("--precision", args.precision)):

@@ -34,12 +34,12 @@ def require_gpu_device(command: str) -> None:
     (:func:`ccddp.bench.devices.require_cuda`) has the last word."""
     hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
     if hidden is not None and hidden.strip() in ("", "-1"):
-        raise ConfigError(f"{command}: --device cuda needs a CUDA GPU; CUDA_VISIBLE_DEVICES={hidden!r} hides every "
-                          "one: unset it, or use --device cpu")
+        raise ConfigError(f"{command}: --device cuda needs a CUDA GPU; none is visible (CUDA_VISIBLE_DEVICES="
+                          f"{hidden!r} hides every one): unset it, or use --device cpu")
     if not gpu_device_files():
-        raise ConfigError(f"{command}: --device cuda needs a CUDA GPU; this machine has none (no "
-                          f"{', '.join(GPU_DEVICE_PATTERNS)} device): use --device cpu, or run it on a machine "
-                          "with a GPU")
+        raise ConfigError(f"{command}: --device cuda needs a CUDA GPU; none is visible (this machine has no GPU "
+                          "device: no /dev/nvidia0, /dev/kfd or /dev/dxg): use --device cpu, or run it on a "
+                          "machine with a GPU")
 
 
 def usable_cores() -> int:
