@@ -416,3 +416,22 @@ def test_a_measured_run_updates_every_number_at_once(tmp_path):
     assert text.count("<!--n:main_job_about-->~5 min<!--/n-->") == 2 and "5 min 14 s in one run" in text
     assert json.loads(numbers.read_text())["suite"]["passed"] == 955
     assert script.main(["--check", "--numbers", str(numbers), "--readme", str(readme)]) == 0
+
+
+WEAK = "00" * 32      # a repeated pattern: every rank would refuse it
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--workload", "graphsage", "--size", "tiny"],
+    ["bench", "collectives", "--sizes", "4K"],
+    ["selftest", "--attacks", "flip", "--collectives", "all_reduce"],
+    ["characterize", "--quick", "--out", "OUT"],
+], ids=lambda a: " ".join(a[:2]))
+def test_a_secret_every_rank_would_refuse_is_answered_before_torch_loads(argv, tmp_path):
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path, env={**os.environ, "CCDDP_GROUP_SECRET": WEAK})
+    assert p.stdout.split()[-2:] == ["NO-TORCH", "2"], p.stdout + p.stderr
+    lines = p.stderr.splitlines()
+    assert lines == [lines[0]] and lines[0].startswith("ccddp: error: CCDDP_GROUP_SECRET: group secret looks "
+                                                       "guessable"), p.stderr

@@ -56,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
     if args.world_size < 2:
         raise ConfigError(f"--world-size must be >= 2 (a collective needs a peer), got {args.world_size}")
     check_collectives(args)
-    from ccddp.cli.preflight import require_gpu_device, warn_oversubscribed
+    from ccddp.cli.preflight import check_group_secret, require_gpu_device, warn_oversubscribed
 
+    check_group_secret()
     if args.device == "cuda":
         require_gpu_device("ccddp bench collectives")   # no GPU device at all: answered before torch loads
     else:

@@ -197,9 +197,10 @@ def _clock(seconds: float) -> str:
 def run(args: argparse.Namespace) -> int:
     from ccddp.bench.characterize import characterize
 
-    from ccddp.cli.preflight import require_gpu_device, warn_oversubscribed
+    from ccddp.cli.preflight import check_group_secret, require_gpu_device, warn_oversubscribed
 
     plan = plan_from(args)
+    check_group_secret()
     if plan.device == "cuda":
         require_gpu_device("ccddp characterize")   # no GPU device at all: answered before torch loads
     else:

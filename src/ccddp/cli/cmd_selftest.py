@@ -67,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
     attacks, collectives = parse_lists(args)
     if args.world_size < 2:
         raise ConfigError(f"--world-size must be >= 2 (an attack needs a link), got {args.world_size}")
-    from ccddp.cli.preflight import warn_oversubscribed
+    from ccddp.cli.preflight import check_group_secret, warn_oversubscribed
 
+    check_group_secret()
     warn_oversubscribed(args.world_size, "ccddp selftest")
     print(start_line(args, attacks, collectives), flush=True)
     with tempfile.TemporaryDirectory() as tmp:

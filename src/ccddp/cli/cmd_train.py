@@ -110,9 +110,10 @@ def launch_line(args: argparse.Namespace, variants) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccddp.cli.preflight import require_gpu_device, warn_oversubscribed
+    from ccddp.cli.preflight import check_group_secret, require_gpu_device, warn_oversubscribed
 
     variants = check_arguments(args)
+    check_group_secret()
     if args.device == "cuda":
         require_gpu_device("ccddp train")   # no GPU device at all: answered before torch loads
     print(launch_line(args, variants), flush=True)

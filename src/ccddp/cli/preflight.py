@@ -1,12 +1,14 @@
-"""Checks a command runs before torch or torchrun starts: what the machine can answer
-without them (is there a GPU device at all, how many cores the ranks will share) is
-answered in one line, in well under a second, instead of after torch has loaded.
+"""Checks a command runs before torch or torchrun starts: what can be answered without
+them (is there a GPU device at all, would every rank refuse the group secret, how many
+cores the ranks will share) is answered in one line, in well under a second, instead of
+after torch has loaded.
 
 Nothing here imports torch.
 
 Example::
 
     require_gpu_device("ccddp train")        # ConfigError at once on a machine with no GPU device
+    check_group_secret()                     # ConfigError at once for a secret every rank would refuse
     warn_oversubscribed(64, "ccddp train")   # one warning line when 64 ranks share fewer cores
 """
 
@@ -69,8 +71,20 @@ def warn_oversubscribed(ranks: int, command: str, stream=None, cores: int | None
     return text
 
 
-def require_inputs(paths, what: str) -> None:
-    """Every path in ``paths`` exists, else one line naming the missing one."""
-    for p in paths:
-        if p and not os.path.exists(p):
-            raise ConfigError(f"{what} {p} does not exist")
+def check_group_secret() -> None:
+    """A group secret the user set (``CCDDP_GROUP_SECRET``, or the file
+    ``CCDDP_GROUP_SECRET_FILE`` names) that every rank would refuse -- malformed, short,
+    guessable, a missing file -- is refused here in one line, before any rank starts. It
+    is only read: the environment the ranks get is left as it is."""
+    from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE, GroupSecret
+
+    if os.environ.get(ENV_SECRET):
+        try:
+            GroupSecret.from_hex(os.environ[ENV_SECRET])
+        except ConfigError as e:
+            raise ConfigError(f"{ENV_SECRET}: {e}") from None
+    elif os.environ.get(ENV_SECRET_FILE):
+        try:
+            GroupSecret.from_file(os.environ[ENV_SECRET_FILE])
+        except ConfigError as e:
+            raise ConfigError(f"{ENV_SECRET_FILE}: {e}") from None
