@@ -435,3 +435,14 @@ def test_a_secret_every_rank_would_refuse_is_answered_before_torch_loads(argv, t
     lines = p.stderr.splitlines()
     assert lines == [lines[0]] and lines[0].startswith("ccddp: error: CCDDP_GROUP_SECRET: group secret looks "
                                                        "guessable"), p.stderr
+
+
+def test_buckets_and_report_say_what_they_do_before_the_slow_part(monkeypatch, capsys, tmp_path):
+    seen: list[str] = []
+    _stop_at(monkeypatch, "ccddp.cli.cmd_buckets", "rows", capsys, seen)
+    assert main(["buckets", "--workload", "resnet50"]) == 2
+    assert seen[0].startswith("ccddp buckets: building 1 model (resnet50) to count DDP's gradient buckets")
+    _stop_at(monkeypatch, "ccddp.report.markdown", "write_report", capsys, seen)
+    (tmp_path / "results.json").write_text("{}")
+    assert main(["report", str(tmp_path)]) == 2
+    assert seen[1].startswith(f"ccddp report: writing {tmp_path / 'report.md'} and its figures")
