@@ -62,6 +62,25 @@ def test_the_readme_first_train_command_prints_a_95_percent_interval(tmp_path):
     assert min(run["pairing"]["rounds"] for run in runs) >= 6       # the fewest rounds with a 95 % interval
     ratio_line = next(line for line in r.stdout.splitlines() if "on:pipelined" in line and "│" in line)
     assert "no interval" not in ratio_line and re.search(r"\(\d+\.\d\d–\d+\.\d\d\)", ratio_line), r.stdout
+    assert re.search(r"^  measured \d+ rounds per variant: stopped at ", r.stdout, re.M), r.stdout
+
+
+def test_a_budgeted_run_prints_its_first_rounds_then_a_line_a_second(monkeypatch):
+    from types import SimpleNamespace
+
+    import ccddp.bench.train as train
+
+    clock = [100.0]
+    monkeypatch.setattr(train.time, "monotonic", lambda: clock[0])
+    t = SimpleNamespace(args=SimpleNamespace(budget=10.0, steps=6), last_shown=0.0)
+    shown = []
+    for r in [None, None] + list(range(20)):
+        clock[0] += 0.1
+        shown.append(train.Trainer._due(t, r))
+    assert shown[:8] == [True] * 8                   # warm-up and the first 6 rounds
+    assert sum(shown[8:]) == 1                       # then one line in the next 1.4 s
+    fixed = SimpleNamespace(args=SimpleNamespace(budget=None, steps=20), last_shown=0.0)
+    assert all(train.Trainer._due(fixed, r) for r in range(20))
 
 
 # -- 4. --master-addr reaches torchrun -------------------------------------------------------------

@@ -128,8 +128,9 @@ def run(args: argparse.Namespace) -> int:
     check_request(args)
     if args.device == "cpu":   # after the checks that refuse: a warning, not a refusal, before torchrun starts
         warn_oversubscribed(args.world_size, "ccddp train")
+    shown = "each iteration" if args.budget is None else f"each of the first {args.steps} rounds, then a line a second"
     print(f"starting {args.world_size} local rank{'s' * (args.world_size != 1)} (each loads torch and builds the "
-          "model first); rank 0 prints each iteration", flush=True)
+          f"model first); rank 0 prints {shown}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = args.json or os.path.join(tmp, "train.json")
         timeout = args.timeout * 4 + 600 + 2 * (args.budget or 0)
