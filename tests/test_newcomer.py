@@ -465,3 +465,22 @@ def test_buckets_and_report_say_what_they_do_before_the_slow_part(monkeypatch, c
     (tmp_path / "results.json").write_text("{}")
     assert main(["report", str(tmp_path)]) == 2
     assert seen[1].startswith(f"ccddp report: writing {tmp_path / 'report.md'} and its figures")
+
+
+def test_characterize_warns_in_its_own_options_words(monkeypatch, capsys, tmp_path):
+    import ccddp.cli.preflight as preflight
+
+    monkeypatch.setattr(preflight, "usable_cores", lambda: 2)
+    import ccddp.bench.characterize as characterize
+    from ccddp.errors import CCDDPError
+
+    errs: list[str] = []
+
+    def stop(*a, **k):
+        errs.append(capsys.readouterr().err)
+        raise CCDDPError("stopped by the test")
+
+    monkeypatch.setattr(characterize, "characterize", stop)
+    assert main(["characterize", "--quick", "--world-sizes", "2,3", "--out", str(tmp_path / "q")]) == 2
+    err = errs[0]
+    assert "ccddp characterize: warning: 3 local ranks on 2 CPU cores" in err and "(--world-sizes up to 2 gives" in err

@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.device == "cuda":
         require_gpu_device("ccddp characterize")   # no GPU device at all: answered before torch loads
     else:
-        warn_oversubscribed(max(plan.world_sizes), "ccddp characterize")
+        warn_oversubscribed(max(plan.world_sizes), "ccddp characterize", flag="--world-sizes")
     if plan.device == "cuda":
         from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
 

@@ -52,20 +52,22 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def oversubscribed(ranks: int, cores: int | None = None) -> str | None:
-    """The warning for ``ranks`` local ranks on fewer cores, or None when each has a core."""
+def oversubscribed(ranks: int, cores: int | None = None, flag: str = "--world-size") -> str | None:
+    """The warning for ``ranks`` local ranks on fewer cores, or None when each has a core
+    (``flag``: the option that sets the ranks, named in the advice)."""
     cores = usable_cores() if cores is None else cores
     if ranks <= cores:
         return None
+    fewer = f"{flag} {cores} or fewer" if flag == "--world-size" else f"{flag} up to {cores}"
     return (f"{ranks} local ranks on {cores} CPU core{'' if cores == 1 else 's'}: the ranks will take turns on "
-            f"the cores, so the times measure that contention too (--world-size {cores} or fewer gives each "
-            "rank a core)")
+            f"the cores, so the times measure that contention too ({fewer} gives each rank a core)")
 
 
-def warn_oversubscribed(ranks: int, command: str, stream=None, cores: int | None = None) -> str | None:
+def warn_oversubscribed(ranks: int, command: str, stream=None, cores: int | None = None,
+                        flag: str = "--world-size") -> str | None:
     """Print :func:`oversubscribed`'s warning in one line on stderr (not a refusal);
     returns it."""
-    text = oversubscribed(ranks, cores)
+    text = oversubscribed(ranks, cores, flag)
     if text:
         print(f"{command}: warning: {text}", file=stream or sys.stderr, flush=True)
     return text
