@@ -147,11 +147,12 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                    help="CC-on all-reduce schedule(s), comma list: naive (seal a whole chunk, send, open, "
                         "reduce) and/or pipelined (segments sealed while earlier ones travel)")
     p.add_argument("--steps", type=int, default=None,
-                   help=f"measured iterations per variant (with --budget: the fewest). Default: {DEFAULT_STEPS}; "
-                        f"with --cc off,on (a comparison) {COMPARE_DEFAULTS['steps']} rounds at least, then "
-                        f"until every CC-on/CC-off ratio's 95 %% interval is within "
-                        f"±{round(COMPARE_DEFAULTS['precision'] * 100)} %% or {COMPARE_DEFAULTS['budget']:g} s have been "
-                        "measured, whichever comes first (--steps, --budget or --precision replace all three)")
+                   help=f"measured iterations per variant (with --budget: the fewest). Default: {DEFAULT_STEPS} for one "
+                        f"variant; for a comparison (--cc off,on) {COMPARE_DEFAULTS['steps']}, the fewest rounds "
+                        "with a 95 %% interval, and unless --budget or --precision is given, measuring goes on "
+                        "until every CC-on/CC-off ratio's interval is within "
+                        f"±{round(COMPARE_DEFAULTS['precision'] * 100)} %% or {COMPARE_DEFAULTS['budget']:g} s "
+                        "have been measured")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="pick the number of measured iterations that fits this many seconds, timed "
                         "from the warm-up (default: exactly --steps)")
