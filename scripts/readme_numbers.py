@@ -58,7 +58,6 @@ def spans(n: dict) -> dict[str, str]:
         "suite_counts": f"{suite['tests']:,} tests, {suite['skipped']:,} of them skipping without a GPU",
         "fast_tier": (f"{fast['tests']:,} of {fast['of']:,} on {fast['date']}, {_clock(fast['seconds'])}, "
                       f"the {fast['skipped']:,} CUDA variants skipping"),
-        "fast_about": f"~{fast['seconds']} s" if fast["seconds"] < 120 else _about(fast["seconds"]),
     }
 
 
