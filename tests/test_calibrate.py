@@ -173,7 +173,11 @@ def test_calibrate_fast_writes_a_profile_load_profile_accepts(tmp_path, capsys):
     assert data["schema"] == "ccddp.calibrate/2" and data["fast"] is True
     assert data["profile"]["mac_gbps"]["value"] == "inf"
     assert {r["impl"] for r in data["checks"]} == {"gloo", "ring", "secure-naive", "secure"}
-    assert "wrote" in capsys.readouterr().out
+    # How loaded the machine was, recorded and said under the model check.
+    assert data["load"]["cores"] >= 1 and "load_before" in data["load"]
+    stdout = capsys.readouterr().out
+    assert "wrote" in stdout
+    assert re.search(r"(?m)^The model check ran (under load|on a quiet machine): ", stdout), stdout[-2000:]
 
 
 def test_calibrate_user_errors(tmp_path, capsys):

@@ -36,7 +36,7 @@ def test_two_nodes_on_loopback_match_a_single_node_run(tmp_path):
     port = str(free_port())
     multi = tmp_path / "multi.json"
     nodes = [subprocess.Popen([sys.executable, "-m", "ccddp.cli", *common, "--world-size", "1", "--nnodes", "2",
-                               "--node-rank", str(k), "--master-port", port]
+                               "--node-rank", str(k), "--master-addr", "127.0.0.2", "--master-port", port]
                               + (["--json", str(multi)] if k == 0 else []),
                               env={**os.environ, "CCDDP_GROUP_SECRET": SECRET},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(2)]
@@ -56,7 +56,7 @@ def test_user_errors_are_one_line():
                          (["train", "--workload", "resnet50", "--world-size", "1"], "at least 2 ranks"),
                          (["train", "--workload", "gpt2-xl", "--world-size", "64", "--dtype", "float32"],
                           "GiB is available"),
-                         (["train", "--workload", "resnet50", "--nnodes", "2", "--master-port", "1"],
+                         (["train", "--workload", "resnet50", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", "1"],
                           "group secret"),
                          (["train", "--workload", "resnet50", "--cc", "off,on", "--precision", "0.1"],
                           "--precision needs --budget"),

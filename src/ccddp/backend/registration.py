@@ -73,10 +73,63 @@ def _create(backend_opts, options):
         from ccddp.errors import ConfigError
 
         raise ConfigError(f"pg_options for the ccddp backend must be ccddp.backend.Options, got {type(options).__name__}")
+    if options is None or options.secret is None:
+        require_key_material(backend_opts.group_rank)
     ranks = list(backend_opts.global_ranks_in_group) or list(range(backend_opts.group_size))  # [] = the world
     return ProcessGroupCCDDP(backend_opts.store, backend_opts.group_rank, backend_opts.group_size,
                              backend_opts.timeout, options or Options(), group_id=str(backend_opts.group_id),
                              global_ranks=ranks)
+
+
+def missing_key_material() -> bool:
+    """Whether this process has no key material at all: no ``CCDDP_IDENTITY`` (key
+    establishment), no group secret taken from ``CCDDP_GROUP_SECRET`` and no
+    ``CCDDP_GROUP_SECRET_FILE``. (A malformed or weak secret is not "missing": reading it
+    raises its own error.)"""
+    from ccddp.crypto import keys
+    from ccddp.crypto.establish import ENV_IDENTITY
+
+    if os.environ.get(ENV_IDENTITY) or os.environ.get(keys.ENV_SECRET_FILE):
+        return False
+    keys.take_secret_from_env()
+    return keys._taken is None
+
+
+def require_key_material(rank: int) -> None:
+    """A ccddp group with no key material stops at once, before any link is set up, with
+    one line per rank that says how to give it one (an uncaught error prints just that
+    line: :func:`one_line_errors`)."""
+    if not missing_key_material():
+        return
+    from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE
+    from ccddp.errors import ConfigError
+
+    one_line_errors()
+    raise ConfigError(f"rank {os.environ.get('RANK', rank)}: no key material for the ccddp backend: start the script "
+                      f"with `ccddp launch` in place of torchrun (one node: it makes a group secret), or set "
+                      f"{ENV_SECRET} (64 hex digits, the same on every rank) or {ENV_SECRET_FILE} on every rank")
+
+
+def one_line_errors() -> None:
+    """From now on, a ccddp error nobody catches ends this process with one line
+    (``ccddp: error: ...``) instead of a traceback; every other exception keeps Python's
+    own report. The error still propagates, so a script can catch it."""
+    import sys
+
+    previous = sys.excepthook
+    if getattr(previous, "ccddp_one_line", False):
+        return
+
+    def hook(kind, value, tb):
+        from ccddp.errors import CCDDPError
+
+        if isinstance(value, CCDDPError):
+            print(f"ccddp: error: {value}", file=sys.stderr, flush=True)
+        else:
+            previous(kind, value, tb)
+
+    hook.ccddp_one_line = True
+    sys.excepthook = hook
 
 
 def register() -> None:

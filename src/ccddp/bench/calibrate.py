@@ -390,8 +390,11 @@ def calibrate(world_size: int = 2, *, fast: bool = False, name: str = "local",
 
     if world_size < 2:
         raise ConfigError(f"--world-size must be >= 2 (P2P needs a peer), got {world_size}")
+    from ccddp.bench.machine import LoadMeter
+
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
+    meter = LoadMeter()   # how loaded the machine was: the model check's errors depend on it
     say("AES-256-GCM seal/open over a sweep of sizes and chains (this process alone)")
     sizes = [4 * KIB, 64 * KIB, 1 * MIB] if fast else [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB,
                                                          1 * MIB, 4 * MIB]
@@ -402,7 +405,7 @@ def calibrate(world_size: int = 2, *, fast: bool = False, name: str = "local",
     say(f"every rank at once, P2P and all-reduces on {world_size} local ranks (torchrun)")
     p2p = run_p2p(world_size, fast)
     out = derive_profile(local, p2p, name=name)
-    return {**out, "fast": fast, "seconds": time.perf_counter() - t0}
+    return {**out, "fast": fast, "seconds": time.perf_counter() - t0, "load": meter.stop()}
 
 
 # -- a device: the Triton engine and host staging (one process, no ranks) ----------------

@@ -48,14 +48,16 @@ def job_env(extra: dict | None = None) -> dict:
 
 
 def torchrun(module: str, args: list[str], nproc: int, *, timeout_s: float = 3600, env: dict | None = None,
-             nnodes: int = 1, node_rank: int = 0, master_port: int | None = None, quiet: bool = False) -> None:
+             nnodes: int = 1, node_rank: int = 0, master_addr: str | None = None, master_port: int | None = None,
+             quiet: bool = False) -> None:
     """Run ``python -m module args`` on ``nproc`` local ranks; raise :class:`CCDDPError` with
-    the workers' one-line reason if any exits non-zero."""
+    the workers' one-line reason if any exits non-zero. ``master_addr``/``master_port``:
+    node 0's rendezvous address (default: this machine, 127.0.0.1, and a free port)."""
     if nproc < 1:
         raise CCDDPError(f"world size must be >= 1, got {nproc}")
     port = master_port or free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
-           f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
+           f"--node-rank={node_rank}", f"--master-addr={master_addr or '127.0.0.1'}", f"--master-port={port}",
            "--max-restarts=0", "-m", module, *args]
     done = supervised(cmd, env or job_env(), timeout_s=timeout_s, stdout=subprocess.PIPE if quiet else None,
                       stderr=subprocess.PIPE)

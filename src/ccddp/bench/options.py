@@ -53,6 +53,13 @@ PLACEMENTS = ("auto", "device", "staged")
 DEFAULT_IMPLS = {"cpu": "gloo,ring,secure-naive,secure", "cuda": "gloo,secure"}
 #: Implementations that take CUDA tensors: torch.distributed groups (gloo, the ccddp backend).
 CUDA_IMPLS = ("gloo", "secure-naive", "secure", BACKEND_IMPL)
+#: ``ccddp train --steps`` when it is not given and one variant is measured.
+DEFAULT_STEPS = 3
+#: A comparison (``--cc off,on``) given none of --steps, --budget, --precision measures
+#: this: the fewest rounds with a 95 % interval (``ccddp.stats.MIN_SAMPLES``; a test keeps
+#: them equal), then until every ratio is within ±10 % (as ``characterize --quick``
+#: stops) or the budget's seconds of measuring have passed.
+COMPARE_DEFAULTS = {"steps": 6, "precision": 0.1, "budget": 10.0}
 
 
 @dataclass(frozen=True)
@@ -139,8 +146,13 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--schedule", default="pipelined",
                    help="CC-on all-reduce schedule(s), comma list: naive (seal a whole chunk, send, open, "
                         "reduce) and/or pipelined (segments sealed while earlier ones travel)")
-    p.add_argument("--steps", type=int, default=3,
-                   help="measured iterations per variant (with --budget: the fewest)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"measured iterations per variant (with --budget: the fewest). Default: {DEFAULT_STEPS} for one "
+                        f"variant; for a comparison (--cc off,on) {COMPARE_DEFAULTS['steps']}, the fewest rounds "
+                        "with a 95 %% interval, and unless --budget or --precision is given, measuring goes on "
+                        "until every CC-on/CC-off ratio's interval is within "
+                        f"±{round(COMPARE_DEFAULTS['precision'] * 100)} %% or {COMPARE_DEFAULTS['budget']:g} s "
+                        "have been measured")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="pick the number of measured iterations that fits this many seconds, timed "
                         "from the warm-up (default: exactly --steps)")
@@ -188,6 +200,26 @@ def check_workload_name(name: str) -> str:
     return name
 
 
+def is_comparison(variants: list[Variant]) -> bool:
+    """Whether a launch measures CC-on/CC-off ratios: CC-off and at least one CC-on."""
+    return any(v.cc == "off" for v in variants) and len(variants) > 1
+
+
+def fill_in_steps(args: argparse.Namespace, variants: list[Variant]) -> None:
+    """Give ``--steps`` (and, for a comparison, ``--budget`` and ``--precision``) their
+    defaults when none of them was given: one variant measures DEFAULT_STEPS iterations; a
+    comparison enough rounds for a 95 % interval, then stops once it is within ±10 % or
+    the budget is spent. Anything the user gave is kept as given."""
+    if args.steps is not None:
+        return
+    if not is_comparison(variants) or args.budget is not None or args.precision is not None:
+        args.steps = COMPARE_DEFAULTS["steps"] if is_comparison(variants) else DEFAULT_STEPS
+        return
+    args.steps = COMPARE_DEFAULTS["steps"]
+    if args.warmup >= 1:   # the budget is timed from the warm-up
+        args.budget, args.precision = COMPARE_DEFAULTS["budget"], COMPARE_DEFAULTS["precision"]
+
+
 def check(args: argparse.Namespace) -> list[Variant]:
     """Refuse what cannot be measured, in the user's words; return the variants. Imports
     nothing heavy: every argument is checked before torch or a model loads."""
@@ -199,6 +231,7 @@ def check(args: argparse.Namespace) -> list[Variant]:
         if value is not None and value < 1:
             raise ConfigError(f"{flag} must be >= 1, got {value}")
     variants = variants_of(args)
+    fill_in_steps(args, variants)
     if args.steps < 1 or args.warmup < 0:
         raise ConfigError("--steps must be >= 1 and --warmup >= 0")
     if args.budget is not None and args.budget <= 0:

@@ -63,6 +63,8 @@ SCHEMA = "ccddp.train/1"
 COMPARE_SCHEMA = "ccddp.train.compare/1"
 #: --budget never measures more rounds than this (a tiny model would otherwise run thousands).
 MAX_ROUNDS = 200
+#: With --budget, progress lines after the first --steps rounds come at most this often.
+PROGRESS_EVERY_S = 1.0
 #: The bounce phase's stages, each recorded per iteration as ``bounce_<stage>_ms``.
 BOUNCE_STAGES = ("seal", "copy", "open")
 
@@ -190,7 +192,7 @@ class Trainer:
         self.iterations: list[dict] = []
         # Progress: rank 0 alone prints (one line per iteration, never one per rank).
         self.show = self.rank == 0 and os.environ.get(PROGRESS_ENV) == "1"
-        self.count, self.planned = 0, ""
+        self.count, self.planned, self.last_shown = 0, "", 0.0
 
     def step(self, step: int, round_: int | None) -> None:
         """One training iteration on the batch of ``step``; ``round_`` is the measured
@@ -203,10 +205,21 @@ class Trainer:
             self.rng = rng_state(self.device)
             set_rng_state(self.device, outer)
         self.count += 1
-        if self.show:
+        if self.show and self._due(round_):
             it = self.iterations[-1]
             print(f"  iteration {self.count}{self.planned} {self.variant.label}"
                   f"{' (warm-up)' if round_ is None else ''}: {it['total_ms']:.1f} ms", flush=True)
+
+    def _due(self, round_: int | None) -> bool:
+        """Whether this iteration's progress line is printed: every one when the count is
+        fixed (--steps); with --budget, the warm-up and the first --steps rounds, then at
+        most one line a second per variant (a tiny model runs hundreds of rounds)."""
+        now = time.monotonic()
+        if self.args.budget is None or round_ is None or round_ < self.args.steps or \
+                now - self.last_shown >= PROGRESS_EVERY_S:
+            self.last_shown = now
+            return True
+        return False
 
     def _step(self, step: int, round_: int | None) -> None:
         model, bounce, state, wl = self.model, self.bounce, self.model.hook_state, self.wl
@@ -359,6 +372,11 @@ def run_in_turns(args: argparse.Namespace, variants: list[Variant], wl,
             break
     if stop != "precision" and args.precision and rounds == args.steps and rounds == most:
         stop = "steps"  # the budget held no more than the fewest rounds
+    if trainers[0].show and args.budget is not None:
+        why = {"precision": f"every CC-on/CC-off ratio's 95 % interval within ±{(args.precision or 0) * 100:g} %",
+               "time cap": f"the --budget of {args.budget:g} s spent", "round cap": f"the cap of {MAX_ROUNDS} rounds",
+               "steps": "the fewest rounds asked for"}[stop]
+        print(f"  measured {rounds} rounds per variant: stopped at {why}", flush=True)
     shas = {t.variant: t.finish() for t in trainers}
     return trainers, {"alternation": "iteration", "rounds": rounds, "block": 1, "param_sha256": shas,
                       "stop": stop}

@@ -40,6 +40,15 @@ def register(sub) -> None:
     c.set_defaults(func=run_channel)
 
 
+def collectives_start_line(args: argparse.Namespace) -> str:
+    """What ``bench collectives`` is about to do, printed before anything slow starts."""
+    sizes, impls, ops = args.sizes.split(","), args.impl.split(","), args.ops.split(",")
+    return (f"ccddp bench collectives: {', '.join(impls)} in turns on {args.world_size} local ranks, "
+            f"{', '.join(ops)} of {', '.join(sizes)}: {args.warmup} warm-up + {args.iters} measured calls each "
+            f"({len(impls) * len(ops) * len(sizes) * (args.warmup + args.iters)} calls); timing this machine's "
+            "AES-GCM first, then starting the ranks")
+
+
 def run(args: argparse.Namespace) -> int:
     from ccddp.bench.options import check_collectives
 
@@ -47,10 +56,18 @@ def run(args: argparse.Namespace) -> int:
     if args.world_size < 2:
         raise ConfigError(f"--world-size must be >= 2 (a collective needs a peer), got {args.world_size}")
     check_collectives(args)
+    from ccddp.cli.preflight import check_group_secret, require_gpu_device, warn_oversubscribed
+
+    check_group_secret()
+    if args.device == "cuda":
+        require_gpu_device("ccddp bench collectives")   # no GPU device at all: answered before torch loads
+    else:
+        warn_oversubscribed(args.world_size, "ccddp bench collectives")
     if args.device == "cuda":
         from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
 
         require_cuda("ccddp bench collectives")
+    print(collectives_start_line(args), flush=True)
     from ccddp.bench.collectives import validate
     from ccddp.bench.launch import torchrun
     from ccddp.bench.machine import aes_gcm_rate
@@ -130,15 +147,14 @@ def _run_channel_host(nbytes: int, reps: int, path: str | None) -> int:
 
 
 def channel_ratio_text(iv: list) -> str:
-    """``98 % of raw (91–104 %): no measurable difference``, ``83 % of raw (80–86 %)``, or the
-    estimate alone with too few repetitions for an interval."""
-    est, low, high, n = iv
-    if est is None:
+    """``[estimate, low, high, n]`` as every ratio is printed (:func:`ccddp.stats.ratio_text`):
+    ``0.83× (0.80–0.86)``, ``no measurable difference (0.91–1.04)``, or the estimate with
+    ``(n=3, no interval)``."""
+    from ccddp.stats import Interval, ratio_text
+
+    if iv[0] is None:
         return "not measured"
-    if low is None or high is None:
-        return f"{est:.0%} of raw (n={n}, no interval)"
-    same = ": no measurable difference" if low <= 1 <= high else ""
-    return f"{est:.0%} of raw ({low:.0%}–{high:.0%}){same}"
+    return ratio_text(Interval(*iv))
 
 
 def _run_channel_cuda(nbytes: int, reps: int, path: str | None) -> int:

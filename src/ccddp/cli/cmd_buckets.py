@@ -104,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     names = _names(args.workload)
     if args.bucket_cap_mb is not None and not args.bucket_cap_mb > 0:
         raise ConfigError(f"--bucket-cap-mb must be > 0, got {args.bucket_cap_mb:g}")
+    print(f"ccddp buckets: building {len(names)} model{'s' * (len(names) != 1)} ({', '.join(names)}) to count "
+          "DDP's gradient buckets (loads torch first)", flush=True)
     data = rows(names, args.bucket_cap_mb, args.dtype, args.order)
     console = Console()
     if not console.is_terminal:  # a pipe gets the whole table, not 80 columns

@@ -130,6 +130,29 @@ def run_device(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Other processes taking this share of the CPU (or, without that measure, a 1-minute load
+#: average of this share of the cores before calibrate started) make a run "under load".
+LOADED_SHARE = 0.10
+
+
+def load_line(load: dict | None, checks: list[dict]) -> str | None:
+    """Whether the model check ran under load, with the numbers (``load``: a
+    :class:`ccddp.bench.machine.LoadMeter` record), in one line; None without a record."""
+    if not load:
+        return None
+    cores, share, before = load.get("cores") or 1, load.get("others_share"), load.get("load_before")
+    errors = [r["error"] for r in checks if isinstance(r.get("error"), (int, float))]
+    span = f" ({min(errors):+.0%} to {max(errors):+.0%})" if errors else ""
+    numbers = ", ".join(x for x in (
+        f"other processes took {share:.0%} of the CPU" if share is not None else None,
+        f"load average {before[0]:g} (1 min) on {cores} cores before it started" if before else None) if x)
+    loaded = share >= LOADED_SHARE if share is not None else bool(before) and before[0] >= LOADED_SHARE * cores
+    if loaded:
+        return (f"The model check ran under load: {numbers}. The measured times include that contention, so its "
+                f"errors{span} say as much about the load as about the model: calibrate again on a quiet machine.")
+    return f"The model check ran on a quiet machine: {numbers or 'no load measure available'}."
+
+
 def _finite(x):
     """JSON has no infinity: write it as a string."""
     if isinstance(x, float) and math.isinf(x):
@@ -195,6 +218,9 @@ def run(args: argparse.Namespace) -> int:
                   f"{row['model_ms']:.1f}", f"{row['error']:+.0%}",
                   f"{row['measured_cpu_ms']:.1f}", f"{row['model_cpu_ms']:.1f}", row["fitted"])
     Console(width=120).print(c)
+    line = load_line(result.get("load"), result["checks"])
+    if line:
+        print(line)
     print(f"wrote {args.out}")
     if args.json:
         try:

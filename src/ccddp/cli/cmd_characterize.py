@@ -121,10 +121,12 @@ def group_line(data: dict, plan, workload: str, ws: int) -> str:
 
 
 class PlainProgress:
-    """One line per event, for logs, pipes and CI (no terminal to redraw a bar on)."""
+    """One line per event, for logs, pipes and CI (no terminal to redraw a bar on).
+    ``total``: the launches this session will run (known before the first starts)."""
 
-    def __init__(self, plan, stream=None) -> None:
+    def __init__(self, plan, stream=None, total: int | None = None) -> None:
         self.plan, self.stream = plan, stream or sys.stdout
+        self.total = total
         self.t0 = self.started = time.monotonic()
 
     def __enter__(self):
@@ -153,7 +155,7 @@ class BarProgress(PlainProgress):
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                             TimeElapsedColumn())
         self.bar.__enter__()
-        self.task = self.bar.add_task("characterize", total=None)
+        self.task = self.bar.add_task("characterize: counting buckets, timing AES-GCM", total=self.total)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -169,6 +171,24 @@ class BarProgress(PlainProgress):
                                    f"{group_line(data, self.plan, workload, ws)}", highlight=False)
 
 
+def launches_to_run(plan, out: str) -> int:
+    """The launches ``--out`` still lacks of ``plan`` (all of them in a new folder)."""
+    from ccddp.bench.characterize import load, pending
+
+    data = load(os.path.join(out, "results.json"))
+    return len(pending(data, plan)) if data else len(plan.workloads) * len(plan.world_sizes)
+
+
+def start_line(plan, todo: int) -> str:
+    """What characterize is about to do, printed before anything slow starts."""
+    total = len(plan.workloads) * len(plan.world_sizes)
+    left = "" if todo == total else f" ({total - todo} already in the folder)"
+    return (f"ccddp characterize: {todo} launch{'' if todo == 1 else 'es'} to run{left}: "
+            f"{', '.join(plan.workloads)} on {', '.join(map(str, plan.world_sizes))} ranks, CC-off and CC-on "
+            f"({', '.join(plan.schedules)}) in turns; first counting each model's all-reduce buckets and timing "
+            "AES-GCM on this machine")
+
+
 def _clock(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     return f"{m}:{s:02d}"
@@ -177,12 +197,21 @@ def _clock(seconds: float) -> str:
 def run(args: argparse.Namespace) -> int:
     from ccddp.bench.characterize import characterize
 
+    from ccddp.cli.preflight import check_group_secret, require_gpu_device, warn_oversubscribed
+
     plan = plan_from(args)
+    check_group_secret()
+    if plan.device == "cuda":
+        require_gpu_device("ccddp characterize")   # no GPU device at all: answered before torch loads
+    else:
+        warn_oversubscribed(max(plan.world_sizes), "ccddp characterize", flag="--world-sizes")
     if plan.device == "cuda":
         from ccddp.bench.devices import require_cuda  # torch: after every argument is checked
 
         require_cuda("ccddp characterize")
-    progress = BarProgress(plan) if sys.stdout.isatty() else PlainProgress(plan)
+    todo = launches_to_run(plan, args.out)
+    print(start_line(plan, todo), flush=True)
+    progress = (BarProgress if sys.stdout.isatty() else PlainProgress)(plan, total=todo)
     with progress:
         data = characterize(plan, args.out, timeout_s=args.timeout, progress=progress,
                             project=not args.no_projection)

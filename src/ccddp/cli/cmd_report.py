@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise ConfigError(f"{target} is not a directory; give the directory `ccddp "
                           f"characterize` wrote {RESULTS_NAME} to")
+    print(f"ccddp report: writing {out / 'report.md'} and its figures from {results}", flush=True)
     path = write_report(results, out)
     figures = sorted((out / FIGURES_DIR).glob("*.png")) if (out / FIGURES_DIR).is_dir() else []
     print(f"wrote {path} and {len(figures)} figures (PNG + SVG) in {out / FIGURES_DIR}")

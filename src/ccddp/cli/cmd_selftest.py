@@ -67,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
     attacks, collectives = parse_lists(args)
     if args.world_size < 2:
         raise ConfigError(f"--world-size must be >= 2 (an attack needs a link), got {args.world_size}")
+    from ccddp.cli.preflight import check_group_secret, warn_oversubscribed
+
+    check_group_secret()
+    warn_oversubscribed(args.world_size, "ccddp selftest")
+    print(start_line(args, attacks, collectives), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "selftest.json")
         forwarded = ["--attacks", ",".join(attacks), "--collectives", ",".join(collectives), "--impl", args.impl,
@@ -103,6 +108,16 @@ def run(args: argparse.Namespace) -> int:
             json.dump({**result, "rows": [{k: r[k] for k in ROW_KEYS} for r in rows]}, f, indent=2)
         print(f"wrote {args.json}")
     return 0 if passed == len(rows) and failure is None else 1
+
+
+def start_line(args: argparse.Namespace, attacks: list[str], collectives: list[str]) -> str:
+    """What selftest is about to do, printed before the ranks start."""
+    from ccddp.bench.selftest_options import FAULTS
+
+    faults = f", then {len(FAULTS)} fault launches (--faults)" if args.faults else ""
+    return (f"ccddp selftest: {len(attacks)} attack{'s' * (len(attacks) != 1)} against "
+            f"{len(collectives)} collective{'s' * (len(collectives) != 1)} on {args.world_size} local ranks, "
+            f"impl {args.impl}{faults}; starting the ranks (the table comes when every case has run)")
 
 
 def selftest_table(rows: list[dict], title: str = ""):

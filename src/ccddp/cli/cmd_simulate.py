@@ -39,8 +39,10 @@ Default: native where the profile allows it, else pipelined.
 
 breakdown columns (ms per iteration, CC on): fwd, bwd; comm = exposed communication
 without its crypto; crypto = the exposed share due to AES-GCM; bounce = input sealing and
-bounce-buffer copy; opt = optimizer; other = data, input copy, launch toll. comm and
-crypto include backward time lost to communication work sharing the cores/SMs.
+bounce-buffer copy; opt = optimizer; launch = what CC adds to kernel launches; data =
+data loading and input copy. comm and crypto include backward time lost to communication
+work sharing the cores/SMs. --wide adds ops/AR (seal + open operations per all-reduce
+call) and AR (all-reduce calls per iteration). Every column is explained under the table.
 """
 
 
@@ -89,6 +91,9 @@ def register(subparsers) -> None:
     add_workload_args(p, many=True)
     p.add_argument("--gpus", default="2,4,8", help="comma list of world sizes (default: 2,4,8)")
     add_schedule_args(p)
+    p.add_argument("--wide", action="store_true",
+                   help="every column (ops/AR, AR) at the terminal's width, or off a terminal the table's "
+                        "natural width (default: at most 120 columns)")
     p.add_argument("--json", metavar="PATH", help="write the rows as a JSON list")
     p.set_defaults(func=run)
 
@@ -148,30 +153,61 @@ def _fmt(v: float) -> str:
     return f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
 
-def console():
-    """stdout console; a pipe gets a wide table instead of rich's 80 columns."""
+def console(wide: bool = False):
+    """stdout console: at most 120 columns (fewer on a narrower terminal); ``wide``: the
+    terminal's width, or off a terminal 200 columns (rich's default would be 80)."""
     from rich.console import Console
 
+    from ccddp.report.tables import COMPACT_WIDTH
+
     c = Console()
-    return c if c.is_terminal else Console(width=160)
+    if wide:
+        return c if c.is_terminal else Console(width=200)
+    return Console(width=min(c.width, COMPACT_WIDTH)) if c.is_terminal else Console(width=COMPACT_WIDTH)
 
 
-def rows_table(rows: list[dict], title: str):
+#: What every column of the simulate table is, printed once under the tables.
+COLUMN_NOTES = (
+    "CC-off ms, CC-on ms: one training iteration, predicted; slowdown: CC-on / CC-off. "
+    "fwd .. data: the CC-on iteration by phase, ms, summing to CC-on ms: fwd forward, bwd backward, "
+    "comm exposed all-reduce time without its crypto (link tolls included), crypto what AES-GCM sealing "
+    "and opening add to it, bounce the input's sealing and bounce-buffer copy, opt optimizer step, "
+    "launch what CC adds to kernel launches, data data loading and input copy. GPUs: world size "
+    "(Nn: over N nodes).")
+WIDE_NOTE = "ops/AR: seal + open operations per all-reduce call; AR: all-reduce calls per iteration."
+
+
+def rows_table(rows: list[dict], title: str, wide: bool = False):
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for col in ("workload", "GPUs", "CC-off ms", "CC-on ms", "slowdown", "fwd", "bwd",
-                "comm", "crypto", "bounce", "opt", "other", "ops/AR", "AR"):
-        t.add_column(col, justify="left" if col == "workload" else "right")
+    cols = ("workload", "GPUs", "CC-off ms", "CC-on ms", "slowdown", "fwd", "bwd",
+            "comm", "crypto", "bounce", "opt", "launch", "data") + (("ops/AR", "AR") if wide else ())
+    for col in cols:
+        t.add_column(col, justify="left" if col == "workload" else "right", overflow="fold")
     for r in rows:
         b = r["breakdown"]
-        other = b["data"] + b["input"] + b["launch"]
-        t.add_row(r["workload"], f"{r['gpus']}" + (f" ({r['nodes']}n)" if r["nodes"] > 1 else ""),
-                  _fmt(r["cc_off_ms"]), _fmt(r["cc_on_ms"]), f"{r['slowdown']:.2f}x",
-                  _fmt(b["forward"]), _fmt(b["backward"]), _fmt(b["comm"]), _fmt(b["crypto"]),
-                  _fmt(b["bounce"]), _fmt(b["optimizer"]), _fmt(other),
-                  f"{r['ops']['ops_per_allreduce']:.0f}", str(r["ops"]["allreduces"]))
+        cells = [r["workload"], f"{r['gpus']}" + (f" ({r['nodes']}n)" if r["nodes"] > 1 else ""),
+                 _fmt(r["cc_off_ms"]), _fmt(r["cc_on_ms"]), f"{r['slowdown']:.2f}x",
+                 _fmt(b["forward"]), _fmt(b["backward"]), _fmt(b["comm"]), _fmt(b["crypto"]),
+                 _fmt(b["bounce"]), _fmt(b["optimizer"]), _fmt(b["launch"]), _fmt(b["data"] + b["input"])]
+        if wide:
+            cells += [f"{r['ops']['ops_per_allreduce']:.0f}", str(r["ops"]["allreduces"])]
+        t.add_row(*cells)
     return t
+
+
+def unsealed_slowdown_note(rows: list[dict]) -> str | None:
+    """Why a row shows crypto 0 beside a slowdown, when one does: nothing is sealed in
+    software there, and the slowdown is CC's own cost (launch, bounce, link tolls)."""
+    hit = [r for r in rows if r["breakdown"]["crypto"] < 0.05 and r["slowdown"] > 1.005]
+    if not hit:
+        return None
+    where = ", ".join(dict.fromkeys(f"{r['profile']} {r['schedule']} at {r['gpus']} GPUs" for r in hit))
+    return (f"crypto 0 beside a slowdown ({where}): nothing is sealed in software there (with NVIDIA CC the GPUs "
+            "of a node share one fenced trust domain and the link carries plaintext inside it), so the slowdown "
+            "is CC's own cost: slower kernel launches (launch), the input's bounce buffer (bounce) and the "
+            "per-exchange link tolls (in comm).")
 
 
 def write_json(path: str, data: Any) -> None:
@@ -189,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     scheds = schedules_from_args(args, hw)
     gpus = parse_gpus(args.gpus)
     workloads = load_workloads(args, hw)
-    out, rows = console(), []
+    out, rows = console(args.wide), []
     for sched in scheds:
         part = sweep(hw, workloads, sched, gpus)
         rows += part
@@ -198,9 +234,13 @@ def run(args: argparse.Namespace) -> int:
                  f"{sched.algorithm}{chains}, buckets "
                  f"{'DDP default' if sched.bucket_cap_mb is None else f'{sched.bucket_cap_mb:g} MiB'}"
                  + (f", segment {args.segment_mb:g} MiB" if sched.segmented else ""))
-        out.print(rows_table(part, title))
+        out.print(rows_table(part, title, wide=args.wide))
         for note in outside_envelope(hw, sched, max(gpus)):
             out.print(f"note: {note}")
+    out.print(COLUMN_NOTES + (" " + WIDE_NOTE if args.wide else " --wide adds ops/AR and AR."), highlight=False)
+    why = unsealed_slowdown_note(rows)
+    if why:
+        out.print(why, highlight=False)
     if args.json:
         write_json(args.json, rows)
         print(f"wrote {args.json}")

@@ -41,6 +41,9 @@ def register(subparsers) -> None:
     p.add_argument("--beyond-envelope", action="store_true",
                    help="also try chains and segment sizes beyond those the profile's crypto "
                         "was measured or fitted over (the model extrapolates there)")
+    p.add_argument("--wide", action="store_true",
+                   help="print at the terminal's width, or off a terminal without wrapping lines "
+                        "(default: at most 120 columns)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
     p.set_defaults(func=run)
 
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     (wl,) = load_workloads(args, hw, many=False)
     schedules = tuple(s for s in SCHEDULES
                       if not (s == "group-key-allgather" and args.no_group_key))
-    with console().status(f"searching settings for {wl.name} on {args.gpus} GPUs"):
+    with console(args.wide).status(f"searching settings for {wl.name} on {args.gpus} GPUs"):
         res = tune(hw, wl, args.gpus, schedules=schedules,
                    beyond_envelope=args.beyond_envelope)
     where = "beyond the calibrated envelope" if args.beyond_envelope else \
@@ -87,8 +90,11 @@ def run(args: argparse.Namespace) -> int:
     ref = res.default_row["cc_off_ms"]
     for i, (s, ms) in enumerate(res.top, 1):
         t.add_row(str(i), describe(s, hw), f"{ms:.1f}", f"{ms / ref:.2f}x")
-    out = console()
+    out = console(args.wide)
     out.print(t)
+    out.print("rank: settings ordered by predicted CC-on time; setting: schedule/algorithm, DDP bucket cap, "
+              "pipelining segment and crypto chains; CC-on ms: one iteration, predicted; slowdown: CC-on / "
+              "today's CC-off run (DDP's default buckets).", highlight=False)
     b, d = res.best_row, res.default_row
     tie = res.best != res.default and d["cc_on_ms"] <= b["cc_on_ms"] * (1 + TIE)
     out.print(f"default: {describe(res.default.as_dict(), hw)}: CC-on {d['cc_on_ms']:.1f} ms, "

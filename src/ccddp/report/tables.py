@@ -1,11 +1,12 @@
 """Tables people already know how to read (nccl-tests columns for collectives), laid out
 for where they are printed.
 
-On a terminal a table fits its width: headers wrap, and when the cells still do not fit,
-optional columns are left out (named under the table; ``--json`` keeps everything). A
-cell is never cut, so implementation names such as ``secure-naive`` and ``secure`` stay
-apart. Printed to a pipe, a file or a CI log, a table keeps its natural width, one row per
-line.
+A table fits at most 120 columns (:data:`COMPACT_WIDTH`; less on a narrower terminal):
+headers wrap, and when the cells still do not fit, optional columns are left out (named
+under the table; ``--json`` keeps everything). A cell is never cut, so implementation
+names such as ``secure-naive`` and ``secure`` stay apart. With a command's ``--wide`` a
+table takes the terminal's whole width, or printed to a pipe, a file or a CI log its
+natural width, one row per line.
 
 Example::
 
@@ -24,6 +25,11 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+
+#: Every table (and the compact collectives table: nccl-tests' columns, the implementation
+#: and the paired ratio with its interval) stays within this many columns by default; a
+#: command's --wide shows every column at the terminal's (or, off one, the natural) width.
+COMPACT_WIDTH = 120
 
 
 @dataclass(frozen=True)
@@ -81,20 +87,30 @@ def terminal_width(stream=None) -> int | None:
     return shutil.get_terminal_size().columns if stream.isatty() else None
 
 
+def default_width(stream=None, wide: bool = False) -> int | None:
+    """The width a table is fitted to when the caller gives none: the terminal's, at most
+    :data:`COMPACT_WIDTH` (a pipe: COMPACT_WIDTH); ``wide`` (a command's ``--wide``): the
+    terminal's whole width, or off a terminal the table's natural width (None)."""
+    term = terminal_width(stream or sys.stdout)
+    if wide:
+        return term
+    return min(term or COMPACT_WIDTH, COMPACT_WIDTH)
+
+
 def print_rows(cols: Sequence[Col], rows: Sequence[dict], *, title: str = "", notes: Sequence[str] = (),
-               width: int | None = None, stream=None) -> None:
-    """Print ``rows`` as a table fitted to ``width`` (default: the terminal's, or the
-    table's natural width off a terminal), then the ``notes`` (footnotes) and, if columns
-    were left out for width, which ones."""
+               width: int | None = None, stream=None, wide: bool = False) -> None:
+    """Print ``rows`` as a table fitted to ``width`` (default: :func:`default_width`, at
+    most COMPACT_WIDTH columns unless ``wide``), then the ``notes`` (footnotes) and, if
+    columns were left out for width, which ones."""
     stream = stream or sys.stdout
-    width = width if width is not None else terminal_width(stream)
+    width = width if width is not None else default_width(stream, wide)
     kept, dropped = fit(cols, rows, width)
     table = make_table(kept, rows, title, fitted=width is not None)
     _console(table, width, stream).print(table)
     lines = list(notes)
     if dropped:
         lines.append(f"Left out to fit {width} columns: {', '.join(c.header for c in dropped)} "
-                     "(a wider terminal or --json shows them).")
+                     f"({'a wider terminal' if wide else '--wide'} or --json shows them).")
     for line in lines:
         print(textwrap.fill(line, width, subsequent_indent="  ") if width else line, file=stream)
 
@@ -114,9 +130,6 @@ def _console(table: Table, width: int | None, stream) -> Console:
 
 # -- collectives ------------------------------------------------------------------------------
 
-#: The compact collectives table (nccl-tests' columns, the implementation and the paired
-#: ratio with its interval) stays within this many columns; --wide shows every column.
-COMPACT_WIDTH = 120
 
 
 def collectives_columns(ref: str, wide: bool = True) -> list[Col]:
@@ -132,11 +145,16 @@ def collectives_columns(ref: str, wide: bool = True) -> list[Col]:
     def paired(r: dict) -> str:
         if r["impl"] == ref:
             return "1"
+        from ccddp.stats import Interval, ratio_text
+
         iv = r.get("paired_ratio_intervals", {}).get(ref)
-        if iv and iv[1] is not None and iv[2] is not None:
-            return f"{iv[0]:.2f} ({iv[1]:.2f}–{iv[2]:.2f})"
+        if iv and iv[0] is not None:
+            return ratio_text(Interval(*iv))      # the one way every ratio is printed
         p = r.get("paired_ratios", {})
-        return f"{p[ref]:.2f}" if ref in p else "-"
+        if ref not in p:
+            return "-"
+        # A row from before intervals were recorded: the estimate alone, in the same words.
+        return ratio_text(Interval(p[ref], None, None, 0)).replace(" (not measured in turns, no interval)", "")
 
     if not wide:
         return [
@@ -207,7 +225,7 @@ def print_collectives(rows: list[dict], title: str = "", aes: dict | None = None
     (within :data:`COMPACT_WIDTH` columns); ``wide``: every column, in one table."""
     ref = rows[0]["impl"] if rows else ""
     if wide:
-        print_rows(collectives_columns(ref), rows, title=title, notes=collectives_notes(ref, aes), **kw)
+        print_rows(collectives_columns(ref), rows, title=title, notes=collectives_notes(ref, aes), wide=True, **kw)
         return
     ops = list(dict.fromkeys(r["op"] for r in rows)) or [""]
     stream = kw.get("stream") or sys.stdout
