@@ -73,7 +73,7 @@ def _create(backend_opts, options):
         from ccddp.errors import ConfigError
 
         raise ConfigError(f"pg_options for the ccddp backend must be ccddp.backend.Options, got {type(options).__name__}")
-    if options is None or options.secret is None:
+    if options is None or (options.secret is None and options.establishment is None):
         require_key_material(backend_opts.group_rank)
     ranks = list(backend_opts.global_ranks_in_group) or list(range(backend_opts.group_size))  # [] = the world
     return ProcessGroupCCDDP(backend_opts.store, backend_opts.group_rank, backend_opts.group_size,
@@ -82,14 +82,14 @@ def _create(backend_opts, options):
 
 
 def missing_key_material() -> bool:
-    """Whether this process has no key material at all: no ``CCDDP_IDENTITY`` (key
-    establishment), no group secret taken from ``CCDDP_GROUP_SECRET`` and no
-    ``CCDDP_GROUP_SECRET_FILE``. (A malformed or weak secret is not "missing": reading it
-    raises its own error.)"""
+    """Whether this process has no key material at all: no ``CCDDP_IDENTITY`` or
+    ``CCDDP_ATTESTATION_POLICY`` (key establishment), no group secret taken from
+    ``CCDDP_GROUP_SECRET`` and no ``CCDDP_GROUP_SECRET_FILE``. (A malformed or weak secret
+    is not "missing": reading it raises its own error.)"""
     from ccddp.crypto import keys
-    from ccddp.crypto.establish import ENV_IDENTITY
+    from ccddp.crypto.establish import ENV_ATTESTATION_POLICY, ENV_IDENTITY
 
-    if os.environ.get(ENV_IDENTITY) or os.environ.get(keys.ENV_SECRET_FILE):
+    if any(os.environ.get(v) for v in (ENV_IDENTITY, ENV_ATTESTATION_POLICY, keys.ENV_SECRET_FILE)):
         return False
     keys.take_secret_from_env()
     return keys._taken is None
