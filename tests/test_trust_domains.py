@@ -351,3 +351,45 @@ def test_selftest_attacks_the_links_across_domains(tmp_path):
         assert "rank 0 (domain 0) -> rank 2 (domain 1)" in r["expected"], r
         caught = "PeerTimeoutError at rank 2" if r["attack"] == "stall" else "IntegrityError at rank 2: 0->1"
         assert r["observed"].startswith(caught), r
+
+
+def test_launch_takes_the_trust_domains_and_keeps_the_other_settings(monkeypatch):
+    import json
+
+    from ccddp.cli.cmd_launch import own_options, settings_with
+    from ccddp.errors import ConfigError
+
+    assert own_options(["--trust-domains", "[[0,1],[2,3]]", "--nproc-per-node", "4", "x.py"]) == \
+        ([[0, 1], [2, 3]], ["--nproc-per-node", "4", "x.py"])
+    assert own_options(["--trust-domains=node", "x.py"]) == ("node", ["x.py"])
+    assert own_options(["--nproc-per-node", "2", "x.py", "--trust-domains", "node"])[0] is None  # the script's
+    for bad in (["--trust-domains", '["01"]', "x.py"], ["--trust-domains", "host", "x.py"], ["--trust-domains"]):
+        with pytest.raises(ConfigError, match="trust-domains"):
+            own_options(bad)
+    merged = json.loads(settings_with({"CCDDP_SETTINGS": '{"segment_bytes": 8192}'}, "node"))
+    assert merged == {"segment_bytes": 8192, "trust_domains": "node"}
+    with pytest.raises(ConfigError, match="CCDDP_SETTINGS"):
+        settings_with({"CCDDP_SETTINGS": '{"segment_bytes": "big"}'}, "node")
+
+
+def test_a_launch_with_trust_domains_runs_its_ranks_in_them(tmp_path):
+    import subprocess
+    import sys
+
+    from dist_util import child_env
+
+    script = tmp_path / "domains.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.ones(4)\n"
+        "dist.all_reduce(t)\n"
+        "print('RANK', dist.get_rank(), dist.group.WORLD.domains.as_lists(), t.tolist(), flush=True)\n"
+        "dist.destroy_process_group()\n")
+    env = child_env({"CCDDP_GROUP_SECRET": SECRET, "OMP_NUM_THREADS": "1"})
+    env.pop("CCDDP_SETTINGS", None)
+    done = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--trust-domains", "[[0,1]]",
+                           "--nproc-per-node", "2", str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for r in (0, 1):
+        assert f"RANK {r} [[0, 1]] [2.0, 2.0, 2.0, 2.0]" in done.stdout, done.stdout + done.stderr[-2000:]

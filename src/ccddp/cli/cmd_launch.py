@@ -28,9 +28,15 @@ ranks open through ``/proc/<this pid>/fd/N`` (named by ``CCDDP_GROUP_SECRET_FILE
 never in the environment block of the agent, the ranks or anything they start, where
 ``/proc/<pid>/environ`` would show it for the process's lifetime.
 
+One option is ccddp's own, given before torchrun's: ``--trust-domains MAP`` (``rank``,
+``node`` or a JSON list of rank lists) sets the ranks' ``trust_domains`` setting, merged
+into ``CCDDP_SETTINGS`` (whatever else that names stays). Which ranks really share a
+domain is still proven by the ranks themselves (:mod:`ccddp.backend.local_links`).
+
 Example::
 
     $ ccddp launch --nproc-per-node 2 examples/ddp_tutorial.py --steps 5
+    $ ccddp launch --trust-domains node --nproc-per-node 4 train.py   # plaintext only among proven local ranks
     $ ccddp launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 \
           --nproc-per-node 4 train.py          # the same on the other node with --node-rank 1
 """
@@ -56,15 +62,53 @@ PET_PREFIX = "PET_"
 
 
 def register(sub) -> None:
-    # No option of its own: every argument, dashes included, is torchrun's (``--help`` too).
+    # Every argument, dashes included, is torchrun's (``--help`` too), but a leading
+    # ``--trust-domains MAP`` (ccddp's own, :func:`own_options`).
     p = sub.add_parser("launch", prefix_chars="\0", add_help=False,
                        help=SUMMARY,
                        description="torchrun, with every rank's CPU process groups served by the ccddp backend: "
-                                   "ccddp launch [torchrun options] SCRIPT [script arguments]. The script's "
-                                   "init_process_group('gloo') (or no backend) becomes 'ccddp'; nothing else "
-                                   "changes.")
+                                   "ccddp launch [--trust-domains MAP] [torchrun options] SCRIPT [script "
+                                   "arguments]. The script's init_process_group('gloo') (or no backend) becomes "
+                                   "'ccddp'; nothing else changes.")
     p.add_argument("torchrun_args", nargs=argparse.REMAINDER, metavar="[torchrun options] SCRIPT [ARGS]")
     p.set_defaults(func=run)
+
+
+TRUST_DOMAINS = "--trust-domains"
+
+
+def own_options(argv: list[str]) -> tuple[object, list[str]]:
+    """ccddp's own option at the head of ``argv`` (``--trust-domains MAP`` or
+    ``--trust-domains=MAP``; torchrun has no option it could abbreviate), checked, and the
+    rest, which is torchrun's."""
+    if not argv or not argv[0].startswith(TRUST_DOMAINS):
+        return None, argv
+    head, _, value = argv[0].partition("=")
+    if head != TRUST_DOMAINS:
+        return None, argv
+    rest = argv[1:]
+    if not value:
+        if not rest:
+            raise ConfigError(f"{TRUST_DOMAINS} needs a value: rank, node or a JSON list of rank lists")
+        value, rest = rest[0], rest[1:]
+    from ccddp.bench.options import trust_domains_setting
+
+    return trust_domains_setting(value), rest
+
+
+def settings_with(environ: Mapping[str, str], trust_domains) -> str:
+    """``CCDDP_SETTINGS`` for the ranks: the caller's (checked here, so a mistake is one line
+    before anything starts), with ``trust_domains`` set."""
+    import json
+
+    from ccddp.comm.settings import SETTINGS_ENV, settings_from_json
+
+    text = environ.get(SETTINGS_ENV, "")
+    settings_from_json(text)                        # bounded, typed: refused here if wrong
+    fields = json.loads(text) if text.strip() else {}
+    fields["trust_domains"] = trust_domains
+    settings_from_json(json.dumps(fields))          # the merged settings are valid too
+    return json.dumps(fields)
 
 
 STATIC_HOW = "--nnodes N --node-rank R --master-addr HOST --master-port PORT"
@@ -252,12 +296,16 @@ def secret_handoff(secret) -> Iterator[str]:
 def run(args: argparse.Namespace) -> int:
     from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE, GroupSecret
 
-    argv = list(args.torchrun_args)
+    trust_domains, argv = own_options(list(args.torchrun_args))
     if not argv:
-        raise ConfigError("usage: ccddp launch [torchrun options] SCRIPT [ARGS]")
+        raise ConfigError("usage: ccddp launch [--trust-domains MAP] [torchrun options] SCRIPT [ARGS]")
     final = torchrun_argv(argv)
     cmd = [sys.executable, "-m", "torch.distributed.run", *final]
     env = child_environment(os.environ)
+    if trust_domains is not None:
+        from ccddp.comm.settings import SETTINGS_ENV
+
+        env[SETTINGS_ENV] = settings_with(os.environ, trust_domains)
     if os.environ.get(ENV_SECRET):
         secret = GroupSecret.from_hex(os.environ[ENV_SECRET])   # refused here, not in every rank
     elif os.environ.get(ENV_SECRET_FILE) or os.environ.get("CCDDP_IDENTITY"):
