@@ -16,6 +16,15 @@ exists, :func:`install` puts one check on the function every c10d group is built
 A process whose default group is not ccddp is left as it is. ``ccddp launch`` rewrites the
 script's own ``init_process_group`` with :func:`secure_backend` as well.
 
+The policy fails closed where it does not look: a gloo or NCCL backend built any other way
+while the default group is ccddp (``ProcessGroupGloo(...)`` called directly, then handed to
+DDP or a collective; ``torch.distributed._dist2.new_group("gloo")``; a torch release that
+builds groups without the helper) is refused at its constructor with a
+:class:`ConfigError`, whatever name it was reached by. Only ccddp's own modules build
+those (its links carry sealed frames, or a proven domain's loopback traffic). And the
+private names the policy hooks are checked (:mod:`ccddp.backend.torch_private`) before
+any ccddp group exists: on a torch that moved them, no group is made.
+
 Example::
 
     dist.init_process_group("ccddp")
@@ -32,6 +41,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from ccddp.backend import torch_private
 from ccddp.backend.registration import BACKEND_NAME, Options
 from ccddp.errors import ConfigError
 
@@ -85,8 +95,25 @@ def _sealing(helper):
     return build_group
 
 
+def _plaintext_refusal(kind: str):
+    def refuse(caller: str) -> str | None:
+        # ccddp's own modules build bare gloo/NCCL sets for sealed frames (backend.links,
+        # comm.ordered) and the plaintext references of its measuring tools.
+        if caller == "ccddp" or caller.startswith("ccddp.") or not default_is_ccddp():
+            return None
+        return (f"a {kind} process group built by {caller or 'unknown code'} would carry this process's data in "
+                f"plaintext, and the default group is ccddp: use dist.new_group(backend=\"gloo\") (sealed by "
+                "ccddp) or a ccddp group instead")
+
+    return refuse
+
+
 def install() -> None:
     """Apply the policy to every group created from now on (idempotent)."""
+    torch_private.require()
     helper = c10d._new_process_group_helper
     if not getattr(helper, "__ccddp_sealing__", False):
         c10d._new_process_group_helper = _sealing(helper)
+    torch_private.guard_constructor(dist.ProcessGroupGloo, _plaintext_refusal("gloo"))
+    if dist.is_nccl_available():
+        torch_private.guard_constructor(dist.ProcessGroupNCCL, _plaintext_refusal("NCCL"))

@@ -151,6 +151,85 @@ def _splits(t: torch.Tensor, sizes: list[int], n: int, what: str) -> list[torch.
     return out
 
 
+# The c10d operations a per-device backend forwards to its group (torch calls a backend's
+# ops by these names where it holds the backend rather than the group).
+_DEVICE_OPS = ("allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather", "allgather_coalesced",
+               "_allgather_base", "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
+               "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall", "gather", "scatter", "barrier",
+               "monitored_barrier", "send", "recv", "recv_anysource")
+
+
+def _device_backend_class():
+    """The per-device c10d ``Backend`` of a ccddp group: every op is the group's own
+    (sealed) method, so ``pg._get_backend(device).allreduce(...)`` and
+    ``pg.allreduce(...)`` are the same op. It coalesces nothing and splits nothing, as
+    gloo (``batch_isend_irecv`` then posts each message on its own, as it does on gloo)."""
+    import weakref
+
+    from ccddp.backend.torch_private import _C10D
+
+    class DeviceBackend(_C10D.Backend):
+        # Plain attributes: the pybind11 properties of these would call back into Python
+        # for the override and recurse.
+        supports_coalescing = False
+        supports_splitting = False
+        supports_time_estimate = False
+        supports_tensor_alloc = False
+        supports_shrinking = False
+
+        def __init__(self, group: "ProcessGroupCCDDP") -> None:
+            super().__init__(group.rank(), group.size())
+            self._group = weakref.ref(group)  # the group holds the backend, not the other way round
+
+        def _of(self) -> "ProcessGroupCCDDP":
+            group = self._group()
+            if group is None:
+                raise ConfigError("this ccddp backend's process group was destroyed")
+            return group
+
+        def getBackendName(self) -> str:
+            return BACKEND_NAME
+
+        def name(self) -> str:
+            return BACKEND_NAME
+
+    def forward(op: str):
+        def call(self, *args, **kwargs):
+            return getattr(self._of(), op)(*args, **kwargs)
+
+        call.__name__ = op
+        return call
+
+    for op in _DEVICE_OPS:
+        setattr(DeviceBackend, op, forward(op))
+    return DeviceBackend
+
+
+_DEVICE_BACKEND = None
+
+
+def register_device_backends(group: "ProcessGroupCCDDP") -> None:
+    """Register ``group`` as its own CPU and CUDA backend, the way torch's groups are
+    (``_register_backend`` per device, ``_set_default_backend``), so that what torch asks
+    a group for its per-device backend (``_get_backend``, ``_get_backend_name``,
+    ``batch_isend_irecv`` from torch 2.15, the coalescing managers) finds ccddp. Torches
+    that cannot host a Python ``Backend`` (2.11 to 2.14) do not ask this of a Python group;
+    there the group stays as it was (``_get_backend`` does not resolve)."""
+    global _DEVICE_BACKEND
+    from ccddp.backend.torch_private import python_backend_allowed
+
+    if not python_backend_allowed():
+        return
+    if _DEVICE_BACKEND is None:
+        _DEVICE_BACKEND = _device_backend_class()
+    backend = _DEVICE_BACKEND(group)
+    group._device_backend = backend  # kept alive with the group: torch's reference is C++ only
+    custom = dist.ProcessGroup.BackendType.CUSTOM
+    for device in ("cpu", "cuda"):
+        group._register_backend(torch.device(device), custom, backend)
+    group._set_default_backend(custom)
+
+
 class ProcessGroupCCDDP(dist.ProcessGroup):
     """One ccddp process group; see the module docstring."""
 
@@ -186,6 +265,9 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         self._placements: dict[torch.device, Placement] = {}
         self._group_name = group_id
         self._group_desc = ""
+        # Registration with torch (torch_private, issue 39): the group is its own per-device backend.
+        self._device_backend = None
+        register_device_backends(self)
 
     # -- identity --------------------------------------------------------------------
     def getBackendName(self) -> str:

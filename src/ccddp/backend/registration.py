@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass
 
 BACKEND_NAME = "ccddp"
@@ -29,8 +30,13 @@ class Options:
     ``settings`` (a :class:`ccddp.comm.CommSettings`, secure impls only; default: from
     ``CCDDP_SETTINGS``, a JSON object of its fields, else the defaults), ``secret`` (a
     :class:`ccddp.crypto.GroupSecret`; default: key establishment from ``CCDDP_IDENTITY``
-    or the pre-shared ``CCDDP_GROUP_SECRET``). The wait limit of every peer wait is the
-    group's ``timeout``.
+    or the pre-shared ``CCDDP_GROUP_SECRET``).
+
+    The wait limit of every peer wait (``timeout_s``) is the group's ``timeout=`` when
+    the group was given one; ``timeout_s`` in ``CCDDP_SETTINGS`` applies only to groups
+    made with torch's default timeout (30 min), and where both are given and differ the
+    group's wins, with a warning (a process-wide variable must not silently lengthen or
+    shorten what one call asked for). ``settings`` given here are used as they are.
 
     Example::
 
@@ -41,9 +47,17 @@ class Options:
     secret: object = None
 
 
+def _torch_default_timeout_s() -> float:
+    from torch.distributed.constants import default_pg_timeout
+
+    return default_pg_timeout.total_seconds()
+
+
 def settings_from_env(timeout_s: float | None = None):
-    """The ``CommSettings`` that ``CCDDP_SETTINGS`` asks for (defaults if unset); its wait
-    limit is ``timeout_s`` (the group's timeout) unless it names one itself."""
+    """The ``CommSettings`` that ``CCDDP_SETTINGS`` asks for (defaults if unset), with the
+    group's ``timeout_s``: a timeout the group was given wins over the variable's
+    ``timeout_s`` (with a warning when they differ); the variable's applies to a group
+    made with torch's default timeout (see :class:`Options`)."""
     from ccddp.comm import CommSettings
     from ccddp.errors import ConfigError
 
@@ -53,7 +67,12 @@ def settings_from_env(timeout_s: float | None = None):
         if not isinstance(fields, dict):
             raise ValueError("not a JSON object")
         if timeout_s is not None:
-            fields.setdefault("timeout_s", timeout_s)
+            named = fields.get("timeout_s")
+            if named is None or timeout_s != _torch_default_timeout_s():
+                if named is not None and named != timeout_s:
+                    warnings.warn(f"{SETTINGS_ENV} names timeout_s={named!r}, but this group was created with "
+                                  f"timeout={timeout_s:g}s: the group's own timeout is used", stacklevel=3)
+                fields["timeout_s"] = timeout_s
         return CommSettings(**fields)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{SETTINGS_ENV} must be a JSON object of collective settings: {e}") from None
@@ -61,9 +80,10 @@ def settings_from_env(timeout_s: float | None = None):
 
 def _create(backend_opts, options):
     """torch's creator hook (extended API): one ccddp process group."""
-    from ccddp.backend import policy
+    from ccddp.backend import policy, torch_private
     from ccddp.backend.process_group import ProcessGroupCCDDP
 
+    torch_private.require()  # a torch outside the range, or one that moved a hook: one line, no group
     policy.install()  # from now on, a gloo group under a ccddp default group is ccddp too
 
     if options is not None and not isinstance(options, Options):
