@@ -178,9 +178,9 @@ def _registered_and_p2p(rank, n):
 def test_registered_per_device_and_p2p_and_pipelining_give_glooss_results():
     for seen, gloo, ccddp in run_ranks(_registered_and_p2p, 2, timeout=240):
         assert seen["backend"] == "ccddp" and seen["backend_name"] == "ccddp"
-        if seen["python_backend"]:  # torch 2.15: the group is its own per-device backend, as torch's are
+        if seen["python_backend"]:  # torch 2.14, 2.15: the group is its own per-device backend, as torch's are
             assert seen["cpu"] == ("ccddp", False) and seen["cuda"] == ("ccddp", False)
-        else:  # torch 2.11 to 2.14 cannot host one; they never ask a Python group for it
+        else:  # torch 2.11 to 2.13 cannot host one; they never ask a Python group for it
             assert seen["cpu"].startswith("unresolved")
         for a, b in zip(gloo["batch"], ccddp["batch"]):
             assert torch.equal(a, b)
@@ -302,3 +302,34 @@ def test_a_groups_own_timeout_is_not_overridden_by_the_environment(monkeypatch, 
         warnings.simplefilter("always")
         assert settings_from_env(group_s).timeout_s == want
     assert any("group's own timeout" in str(w.message) for w in caught) == warns
+
+
+# -- monitored_barrier ---------------------------------------------------------------------------------
+
+def _monitored(rank, n, backend, wait_all):
+    import time
+
+    import torch.distributed as dist
+
+    if backend == "ccddp":
+        _ccddp_default(rank, n)
+    dist.monitored_barrier(timeout=timedelta(seconds=10))  # everyone arrives
+    dist.all_reduce(t := torch.ones(1))  # the group goes on after a passed monitored barrier
+    if rank == n - 1:
+        time.sleep(5)  # hangs past the next barrier's timeout
+        return ("slept", t.item())
+    try:
+        dist.monitored_barrier(timeout=timedelta(seconds=1.5), wait_all_ranks=wait_all)
+        return ("passed", t.item())
+    except RuntimeError as e:
+        return (type(e).__name__, str(e))
+
+
+@pytest.mark.parametrize("backend", ["gloo", "ccddp"])
+def test_monitored_barrier_names_the_hung_rank_as_gloo_does(backend):
+    got = run_ranks(_monitored, 3, backend, True, timeout=180)
+    name, text = got[0]
+    assert re.search(r"Ranks 2 failed to pass monitoredBarrier in 1500 ms", text), got
+    assert got[2] == ("slept", 3.0)
+    # rank 1 reported to rank 0 and waits for its release, which never comes: gloo's words
+    assert "successfully reached monitoredBarrier" in got[1][1] or got[1][0] == "passed", got

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -108,9 +109,33 @@ def _plaintext_refusal(kind: str):
     return refuse
 
 
+def _monitoring(fn):
+    @functools.wraps(fn)
+    def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+        pg = group if group is not None else (c10d._get_default_group() if dist.is_initialized() else None)
+        if pg is None or BACKEND_NAME not in str(dist.get_backend(pg)) or c10d._rank_not_in_group(pg):
+            return fn(group, timeout, wait_all_ranks)  # torch's own checks and messages
+        if isinstance(timeout, (int, float)):
+            timeout = timedelta(seconds=timeout)
+        return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier.__ccddp_monitoring__ = True
+    return monitored_barrier
+
+
+def install_monitored_barrier() -> None:
+    """``dist.monitored_barrier`` on a ccddp group: torch refuses every backend not named
+    gloo before it asks the group; ccddp's groups run gloo's protocol sealed
+    (``ProcessGroupCCDDP.monitored_barrier``), so the check lets them through (idempotent)."""
+    fn = c10d.monitored_barrier
+    if not getattr(fn, "__ccddp_monitoring__", False):
+        c10d.monitored_barrier = dist.monitored_barrier = _monitoring(fn)
+
+
 def install() -> None:
     """Apply the policy to every group created from now on (idempotent)."""
     torch_private.require()
+    install_monitored_barrier()
     helper = c10d._new_process_group_helper
     if not getattr(helper, "__ccddp_sealing__", False):
         c10d._new_process_group_helper = _sealing(helper)

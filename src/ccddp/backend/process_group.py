@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -51,7 +52,7 @@ from ccddp.comm.hierarchy import hierarchical_all_reduce, hierarchical_broadcast
 from ccddp.comm.transport import Transport
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.device import triton_available
-from ccddp.errors import ConfigError
+from ccddp.errors import ConfigError, PeerTimeoutError
 
 _eager = torch.compiler.disable
 
@@ -151,6 +152,10 @@ def _splits(t: torch.Tensor, sizes: list[int], n: int, what: str) -> list[torch.
     return out
 
 
+# The point-to-point tag of monitored_barrier's sealed reports: a stream (key, counter) of
+# its own, above any tag torch's tools use.
+_MONITORED_TAG = (1 << 31) - 1 - 0x4D42  # gloo takes a C int
+
 # The c10d operations a per-device backend forwards to its group (torch calls a backend's
 # ops by these names where it holds the backend rather than the group).
 _DEVICE_OPS = ("allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather", "allgather_coalesced",
@@ -213,7 +218,7 @@ def register_device_backends(group: "ProcessGroupCCDDP") -> None:
     (``_register_backend`` per device, ``_set_default_backend``), so that what torch asks
     a group for its per-device backend (``_get_backend``, ``_get_backend_name``,
     ``batch_isend_irecv`` from torch 2.15, the coalescing managers) finds ccddp. Torches
-    that cannot host a Python ``Backend`` (2.11 to 2.14) do not ask this of a Python group;
+    that cannot host a Python ``Backend`` (2.11 to 2.13) do not ask this of a Python group;
     there the group stays as it was (``_get_backend`` does not resolve)."""
     global _DEVICE_BACKEND
     from ccddp.backend.torch_private import python_backend_allowed
@@ -672,9 +677,39 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
     @_eager
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        work = self.barrier()
-        work.wait(timeout)
-        return work
+        """gloo's ``monitored_barrier``, sealed: every other rank reports to rank 0, which
+        names the ranks that did not report within ``timeout`` (the first one, or with
+        ``wait_all_ranks`` all of them) in gloo's words, then releases the others. The
+        reports are sealed point-to-point messages on a tag of their own, so the host can
+        neither fake a rank's arrival nor hide which rank hung."""
+        limit = (timeout.total_seconds() if isinstance(timeout, timedelta) else timeout) or self.settings.timeout_s
+        ms = int(limit * 1000)
+        n, me = self.size(), self.rank()
+        links = self.peer_links
+        if me != 0:
+            links.isend(torch.ones(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(timedelta(seconds=limit))
+            try:
+                links.irecv(torch.empty(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(timedelta(seconds=limit))
+            except PeerTimeoutError as e:
+                raise PeerTimeoutError(f"Rank {me} successfully reached monitoredBarrier, but received errors while "
+                                       f"waiting for send/recv from rank 0. Please check rank 0 logs for faulty "
+                                       f"rank. ({e})") from None
+            return None
+        deadline = time.monotonic() + limit
+        reports = {r: links.irecv(torch.empty(1, dtype=torch.int32), r, _MONITORED_TAG) for r in range(1, n)}
+        missing = []
+        for r, report in reports.items():
+            try:
+                report.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            except PeerTimeoutError:
+                missing.append(r)
+                if not wait_all_ranks:
+                    raise PeerTimeoutError(f"Rank {r} failed to pass monitoredBarrier in {ms} ms") from None
+        if missing:
+            raise PeerTimeoutError(f"Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms")
+        for r in range(1, n):
+            links.isend(torch.ones(1, dtype=torch.int32), r, _MONITORED_TAG).wait(timedelta(seconds=limit))
+        return None
 
     # -- point to point ----------------------------------------------------------------------
     # A device tensor's message is staged: sealed from (opened into) host memory.

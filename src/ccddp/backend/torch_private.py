@@ -124,6 +124,13 @@ NEEDS: tuple[Need, ...] = (
          lambda: c10d._new_group_with_tag,
          "new_group and new_subgroups build their groups through it",
          probe=lambda fn: _calls(fn, "_new_process_group_helper")),
+    Need("torch.distributed.distributed_c10d._get_default_group", lambda: c10d._get_default_group,
+         "dist.monitored_barrier on a ccddp group (ccddp.backend.policy) resolves group=None as torch does"),
+    Need("torch.distributed.distributed_c10d._rank_not_in_group", lambda: c10d._rank_not_in_group,
+         "dist.monitored_barrier on a ccddp group leaves non-members to torch", params=("group",)),
+    Need("torch.distributed.distributed_c10d.monitored_barrier", lambda: c10d.monitored_barrier,
+         "wrapped so that a ccddp group runs gloo's monitored barrier, sealed",
+         params=("group", "timeout", "wait_all_ranks")),
     # -- the creator (ccddp.backend.registration._create) ----------------------------------
     Need("torch.distributed.distributed_c10d._DistributedBackendOptions", _backend_options,
          "what torch hands an extended-API backend creator",
@@ -209,8 +216,8 @@ def require() -> None:
 
 @functools.cache
 def python_backend_allowed() -> bool:
-    """Whether this torch lets a Python class be a c10d ``Backend`` (2.15 has the
-    constructor; 2.11 to 2.13 do not: "No constructor defined")."""
+    """Whether this torch lets a Python class be a c10d ``Backend`` (2.15
+    and 2.14 have the constructor; 2.11 to 2.13 do not: "No constructor defined")."""
     class _Probe(_C10D.Backend):
         pass
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The compatibility tier: the conformance selection on the torch of one environment.
+#   bash scripts/torch_compat.sh VENV [OUT]
+# VENV is a virtual environment with that torch and ccddp's test dependencies (cryptography,
+# numpy, pytest, pytest-timeout, hypothesis, expecttest); ccddp itself comes from this
+# checkout (PYTHONPATH=src), so one checkout is tested against several torches without
+# installing it into each. Writes OUT/<step>.log and OUT/summary.txt (one line a step:
+# passed/FAILED, seconds, pytest's closing line) and exits non-zero if a step failed.
+#
+# The steps, each against gloo's results in the same run:
+#   compat     tests/test_torch_compat.py: the private torch names, the supported range,
+#              per-device registration, batch_isend_irecv and a 2-stage pipelining
+#              schedule, plaintext groups refused, timeouts, monitored_barrier
+#   ops        tests/test_backend.py: every c10d op at world size 3, tampering, async works
+#   tools      tests/test_backend_tools.py: DDP (its options, bf16, sampler), Join, ZeRO,
+#              torch.compile, comm hooks, FSDP2, object collectives; no model byte on the wire
+#   subgroups  tests/test_safe_launch.py -k "gloo_group or one_rank": library subgroups
+#              (new_group, new_subgroups, device mesh, distributed checkpoint), world size 1
+#   suite      tests/test_conformance_subset.py: a slice of PyTorch's own backend suite
+#   selftest   ccddp selftest --world-size 2: every attack of the adversarial link
+# A CUDA build of torch (several GB) runs its CPU paths here; it is the developer's tier
+# to run before stopping when the backend changes (README, "Torch releases").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VENV="${1:?usage: bash scripts/torch_compat.sh VENV [OUT]}"
+PY="$VENV/bin/python"
+[ -x "$PY" ] || { echo "no python in $VENV" >&2; exit 2; }
+VERSION="$("$PY" -c 'import torch; print(torch.__version__)')" || exit 2
+OUT="${2:-runs/torch-compat/$VERSION}"
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD/src" OMP_NUM_THREADS=1
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts="")
+: > "$OUT/summary.txt"
+failed=0
+
+step() {
+    local name="$1"; shift
+    local start=$SECONDS
+    "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    local last
+    last="$(grep -E '(passed|failed|error)' "$OUT/$name.log" | tail -1)"
+    [ -n "$last" ] || last="$(tail -1 "$OUT/$name.log")"
+    local verdict=passed
+    if [ $rc -ne 0 ]; then verdict=FAILED; failed=1; fi
+    printf '%-10s %-7s %5ss  %s\n' "$name" "$verdict" "$((SECONDS - start))" "$last" | tee -a "$OUT/summary.txt"
+}
+
+echo "torch $VERSION ($VENV), $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$OUT/summary.txt"
+step compat "${PYTEST[@]}" tests/test_torch_compat.py
+step ops "${PYTEST[@]}" tests/test_backend.py
+step tools "${PYTEST[@]}" tests/test_backend_tools.py
+step subgroups "${PYTEST[@]}" tests/test_safe_launch.py -k "gloo_group or one_rank"
+step suite "${PYTEST[@]}" tests/test_conformance_subset.py
+step selftest "$PY" -m ccddp.cli selftest --world-size 2
+exit $failed
