@@ -175,7 +175,7 @@ def _registered_and_p2p(rank, n):
     return seen, gloo, ccddp
 
 
-def test_registered_per_device_and_p2p_and_pipelining_give_glooss_results():
+def test_registered_per_device_and_p2p_and_pipelining_give_gloos_results():
     for seen, gloo, ccddp in run_ranks(_registered_and_p2p, 2, timeout=240):
         assert seen["backend"] == "ccddp" and seen["backend_name"] == "ccddp"
         if seen["python_backend"]:  # torch 2.14, 2.15: the group is its own per-device backend, as torch's are
