@@ -216,6 +216,11 @@ def _plaintext_paths(rank, n):
         out["_dist2"] = "absent"
     except ConfigError as e:
         out["_dist2"] = str(e)
+    from ccddp.backend.policy import bare_links
+
+    with bare_links():  # a test's emulated wire for sealed frames: asked for explicitly
+        out["bare_links"] = type(dist.ProcessGroupGloo(dist.PrefixStore("bare", store), rank, n,
+                                                       timedelta(seconds=10))).__name__
     sub = dist.new_group(backend="gloo")
     t = torch.full((3,), float(rank + 1))
     dist.all_reduce(t, group=sub)
@@ -230,6 +235,7 @@ def test_gloo_groups_the_policy_does_not_see_are_refused_under_a_ccddp_default()
         assert "plaintext" in out["direct _C"]
         assert out["_dist2"] == "absent" or "built by torch.distributed._dist2" in out["_dist2"]
         assert out["new_group gloo"] == ("ccddp", [3.0, 3.0, 3.0])
+        assert out["bare_links"] == "ProcessGroupGloo"
 
 
 def _gloo_default_untouched(rank, n):

@@ -34,8 +34,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import threading
 from datetime import timedelta
 
 import torch
@@ -96,11 +98,32 @@ def _sealing(helper):
     return build_group
 
 
+_BARE = threading.local()
+
+
+@contextlib.contextmanager
+def bare_links():
+    """Inside this block the calling thread may build gloo/NCCL backends under a ccddp
+    default group: for a transport that carries only ccddp's sealed frames (a test's
+    emulated wire, an adversary's link), as ccddp's own modules do.
+
+    Example::
+
+        with bare_links():
+            up = dist.ProcessGroupGloo(dist.PrefixStore("wire-up/", store), rank, n, timeout)
+    """
+    _BARE.depth = getattr(_BARE, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _BARE.depth -= 1
+
+
 def _plaintext_refusal(kind: str):
     def refuse(caller: str) -> str | None:
         # ccddp's own modules build bare gloo/NCCL sets for sealed frames (backend.links,
         # comm.ordered) and the plaintext references of its measuring tools.
-        if caller == "ccddp" or caller.startswith("ccddp.") or not default_is_ccddp():
+        if caller == "ccddp" or caller.startswith("ccddp.") or getattr(_BARE, "depth", 0) or not default_is_ccddp():
             return None
         return (f"a {kind} process group built by {caller or 'unknown code'} would carry this process's data in "
                 f"plaintext, and the default group is ccddp: use dist.new_group(backend=\"gloo\") (sealed by "
