@@ -17,4 +17,9 @@ from ccddp.backend.intercept import install
 install()  # here and in every rank the suite spawns (they import this module)
 
 sys.path.insert(0, os.path.dirname(__file__))
-from torch_conformance import TestConformance  # noqa: E402,F401
+import torch_conformance  # noqa: E402
+
+
+class TestGated(torch_conformance.TestConformance):
+    """Defined here, so that the ranks the suite spawns import this module (and so the
+    interceptor above), not torch_conformance."""

@@ -682,33 +682,47 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         ``wait_all_ranks`` all of them) in gloo's words, then releases the others. The
         reports are sealed point-to-point messages on a tag of their own, so the host can
         neither fake a rank's arrival nor hide which rank hung."""
-        limit = (timeout.total_seconds() if isinstance(timeout, timedelta) else timeout) or self.settings.timeout_s
+        if timeout is None:
+            limit = self.settings.timeout_s
+        else:
+            limit = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
         ms = int(limit * 1000)
         n, me = self.size(), self.rank()
         links = self.peer_links
         if me != 0:
-            links.isend(torch.ones(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(timedelta(seconds=limit))
+            links.isend(torch.ones(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(timedelta(seconds=max(limit, 0.001)))
             try:
-                links.irecv(torch.empty(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(timedelta(seconds=limit))
+                links.irecv(torch.empty(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(
+                    timedelta(seconds=max(limit, 0.001)))
             except PeerTimeoutError as e:
                 raise PeerTimeoutError(f"Rank {me} successfully reached monitoredBarrier, but received errors while "
                                        f"waiting for send/recv from rank 0. Please check rank 0 logs for faulty "
                                        f"rank. ({e})") from None
             return None
-        deadline = time.monotonic() + limit
+        start = time.monotonic()
         reports = {r: links.irecv(torch.empty(1, dtype=torch.int32), r, _MONITORED_TAG) for r in range(1, n)}
-        missing = []
+        missing, processed = [], []
         for r, report in reports.items():
+            # As gloo: with wait_all_ranks every rank gets the whole timeout (else the first
+            # hung rank would use it up and hide the next ones); without, what is left of it.
+            remaining = limit if wait_all_ranks else limit - (time.monotonic() - start)
+            if remaining < 0:
+                done = (f"Successfully processed ranks: {', '.join(map(str, processed))}" if processed
+                        else "No ranks successfully processed in monitoredBarrier.")
+                raise PeerTimeoutError(f"Rank {me} timed out in monitoredBarrier after {ms} ms. {done}")
             try:
-                report.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+                report.wait(timedelta(seconds=max(remaining, 0.001)))
             except PeerTimeoutError:
                 missing.append(r)
                 if not wait_all_ranks:
-                    raise PeerTimeoutError(f"Rank {r} failed to pass monitoredBarrier in {ms} ms") from None
+                    raise PeerTimeoutError(f"[Rank 0]: Rank {r} failed to pass monitoredBarrier in {ms} ms") from None
+            else:
+                processed.append(r)
         if missing:
-            raise PeerTimeoutError(f"Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms")
+            raise PeerTimeoutError(f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier "
+                                   f"in {ms} ms")
         for r in range(1, n):
-            links.isend(torch.ones(1, dtype=torch.int32), r, _MONITORED_TAG).wait(timedelta(seconds=limit))
+            links.isend(torch.ones(1, dtype=torch.int32), r, _MONITORED_TAG).wait(timedelta(seconds=max(limit, 0.001)))
         return None
 
     # -- point to point ----------------------------------------------------------------------
