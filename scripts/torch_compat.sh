@@ -2,8 +2,8 @@
 # The compatibility tier: the conformance selection on the torch of one environment.
 #   bash scripts/torch_compat.sh VENV [OUT]
 # VENV is a virtual environment with that torch and ccddp's test dependencies (cryptography,
-# numpy, pytest, pytest-timeout, hypothesis, expecttest, and rich for the self-test's
-# table). The script installs this checkout into it (editable, without dependencies: the
+# numpy, pytest, pytest-timeout, hypothesis, expecttest, rich for the self-test's table, and
+# setuptools>=68 for the editable install). The script installs this checkout into it (editable, without dependencies: the
 # "torch.backends" entry point that registers "ccddp" at `import torch` comes with it), so
 # one checkout is tested against several torches. Writes OUT/<step>.log and
 # OUT/summary.txt (one line a step: passed/FAILED, seconds, pytest's closing line) and
