@@ -90,8 +90,11 @@ def _emulate_ordered_wire(pg, rank: int, n: int) -> None:
     from ccddp.testing.serial_wire import SerialWire
 
     store = dist.distributed_c10d._get_default_store()
-    up, down = (dist.ProcessGroupGloo(dist.PrefixStore(f"serial-wire-{name}/", store), rank, n, timedelta(seconds=60))
-                for name in ("up", "down"))
+    from ccddp.backend.policy import bare_links
+
+    with bare_links():  # they carry only sealed frames
+        up, down = [dist.ProcessGroupGloo(dist.PrefixStore(f"serial-wire-{name}/", store), rank, n,
+                                          timedelta(seconds=60)) for name in ("up", "down")]
     WIRE["wire"] = pg.secure_group.transport.ordered = SerialWire(Transport(up, 60, downward=down), timeout_s=60)
 
 

@@ -28,6 +28,7 @@ TIMEOUT_S = 3.0
 def main() -> None:
     import ccddp.backend  # noqa: F401  (registers the backend)
     from ccddp.backend import Options
+    from ccddp.backend.policy import bare_links
     from ccddp.comm import CommSettings
     from ccddp.errors import IntegrityError, PeerTimeoutError
     from ccddp.testing.adversary import AdversarialTransport, Rule
@@ -55,7 +56,8 @@ def main() -> None:
         pg = dist.new_group(backend="ccddp", pg_options=Options(settings=settings))
         transport = pg.secure_group.transport
         transport.host_device_types = frozenset()           # CPU frames stand in for device frames
-        links = dist.ProcessGroupGloo(dist.PrefixStore(f"attack-{i}/", store), rank, n, timedelta(seconds=60))
+        with bare_links():  # the adversary's link carries only sealed frames
+            links = dist.ProcessGroupGloo(dist.PrefixStore(f"attack-{i}/", store), rank, n, timedelta(seconds=60))
         host = AdversarialTransport(links, TIMEOUT_S)
         transport.ordered = SerialWire(host, timeout_s=TIMEOUT_S)
         clean = outcome(pg)

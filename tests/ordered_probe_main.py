@@ -44,8 +44,11 @@ def main() -> None:
     dist.init_process_group("ccddp" if args.mode == "mismatch" else "gloo")
     rank, peer = dist.get_rank(), 1 - dist.get_rank()
     store = dist.distributed_c10d._get_default_store()
-    up, down = (dist.ProcessGroupGloo(dist.PrefixStore(f"probe-{name}/", store), rank, 2, timedelta(seconds=60))
-                for name in ("up", "down"))
+    from ccddp.backend.policy import bare_links
+
+    with bare_links():  # they carry only sealed frames
+        up, down = [dist.ProcessGroupGloo(dist.PrefixStore(f"probe-{name}/", store), rank, 2, timedelta(seconds=60))
+                    for name in ("up", "down")]
     wire = SerialWire(Transport(up, 60, downward=down), timeout_s=args.timeout)
     if args.mode == "mismatch":
         _mismatch(rank, wire)

@@ -102,9 +102,6 @@ def test_a_string_is_not_a_list_of_ranks():
     assert check_setting("node") == "node"
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="backend/registration.py settings_from_env still json.loads CCDDP_SETTINGS itself; "
-                          "its one-line change is to return ccddp.comm.settings.settings_from_json(...)")
 def test_the_backend_reads_ccddp_settings_bounded(monkeypatch):
     from ccddp.backend.registration import settings_from_env
 

@@ -7,6 +7,7 @@ one-line message instead of a traceback.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 
@@ -123,11 +124,21 @@ class FrameFormatError(IntegrityError):
     """A frame has the wrong size or shape to be opened at all (e.g. truncated)."""
 
 
-class PeerTimeoutError(CCDDPError):
+# torch's own tests (and users' handlers) recognise a collective's timeout by this pattern.
+_TORCH_TIMEOUT_WORDING = re.compile(" (Timed out|closed|timeout) ")
+
+
+class PeerTimeoutError(CCDDPError, RuntimeError):
     """A peer did not answer within the configured timeout. ``label`` is the frame the
-    rank was waiting on (a :class:`FrameLabel`), or ``None`` outside a collective."""
+    rank was waiting on (a :class:`FrameLabel`), or ``None`` outside a collective.
+
+    It is a ``RuntimeError``, as gloo's timeouts are (torch 2.11 to 2.15 raise a plain
+    ``RuntimeError`` "... Timed out waiting 1500ms for recv operation to complete"), and its
+    text carries " Timed out ", so handlers and tests written for gloo catch it."""
 
     def __init__(self, message: str, *, label: FrameLabel | None = None) -> None:
+        if not _TORCH_TIMEOUT_WORDING.search(message):
+            message = f"{message} (ccddp: Timed out waiting on a peer)"
         super().__init__(message)
         self.label = label
 

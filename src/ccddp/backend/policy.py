@@ -16,6 +16,15 @@ exists, :func:`install` puts one check on the function every c10d group is built
 A process whose default group is not ccddp is left as it is. ``ccddp launch`` rewrites the
 script's own ``init_process_group`` with :func:`secure_backend` as well.
 
+The policy fails closed where it does not look: a gloo or NCCL backend built any other way
+while the default group is ccddp (``ProcessGroupGloo(...)`` called directly, then handed to
+DDP or a collective; ``torch.distributed._dist2.new_group("gloo")``; a torch release that
+builds groups without the helper) is refused at its constructor with a
+:class:`ConfigError`, whatever name it was reached by. Only ccddp's own modules build
+those (its links carry sealed frames, or a proven domain's loopback traffic). And the
+private names the policy hooks are checked (:mod:`ccddp.backend.torch_private`) before
+any ccddp group exists: on a torch that moved them, no group is made.
+
 Example::
 
     dist.init_process_group("ccddp")
@@ -25,13 +34,17 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import threading
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from ccddp.backend import torch_private
 from ccddp.backend.registration import BACKEND_NAME, Options
 from ccddp.errors import ConfigError
 
@@ -85,8 +98,70 @@ def _sealing(helper):
     return build_group
 
 
+_BARE = threading.local()
+
+
+@contextlib.contextmanager
+def bare_links():
+    """Inside this block the calling thread may build gloo/NCCL backends under a ccddp
+    default group: for a transport that carries only ccddp's sealed frames (a test's
+    emulated wire, an adversary's link), as ccddp's own modules do.
+
+    Example::
+
+        with bare_links():
+            up = dist.ProcessGroupGloo(dist.PrefixStore("wire-up/", store), rank, n, timeout)
+    """
+    _BARE.depth = getattr(_BARE, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _BARE.depth -= 1
+
+
+def _plaintext_refusal(kind: str):
+    def refuse(caller: str) -> str | None:
+        # ccddp's own modules build bare gloo/NCCL sets for sealed frames (backend.links,
+        # comm.ordered) and the plaintext references of its measuring tools.
+        if caller == "ccddp" or caller.startswith("ccddp.") or getattr(_BARE, "depth", 0) or not default_is_ccddp():
+            return None
+        return (f"a {kind} process group built by {caller or 'unknown code'} would carry this process's data in "
+                f"plaintext, and the default group is ccddp: use dist.new_group(backend=\"gloo\") (sealed by "
+                "ccddp) or a ccddp group instead")
+
+    return refuse
+
+
+def _monitoring(fn):
+    @functools.wraps(fn)
+    def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+        pg = group if group is not None else (c10d._get_default_group() if dist.is_initialized() else None)
+        if pg is None or BACKEND_NAME not in str(dist.get_backend(pg)) or c10d._rank_not_in_group(pg):
+            return fn(group, timeout, wait_all_ranks)  # torch's own checks and messages
+        if isinstance(timeout, (int, float)):
+            timeout = timedelta(seconds=timeout)
+        return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier.__ccddp_monitoring__ = True
+    return monitored_barrier
+
+
+def install_monitored_barrier() -> None:
+    """``dist.monitored_barrier`` on a ccddp group: torch refuses every backend not named
+    gloo before it asks the group; ccddp's groups run gloo's protocol sealed
+    (``ProcessGroupCCDDP.monitored_barrier``), so the check lets them through (idempotent)."""
+    fn = c10d.monitored_barrier
+    if not getattr(fn, "__ccddp_monitoring__", False):
+        c10d.monitored_barrier = dist.monitored_barrier = _monitoring(fn)
+
+
 def install() -> None:
     """Apply the policy to every group created from now on (idempotent)."""
+    torch_private.require()
+    install_monitored_barrier()
     helper = c10d._new_process_group_helper
     if not getattr(helper, "__ccddp_sealing__", False):
         c10d._new_process_group_helper = _sealing(helper)
+    torch_private.guard_constructor(dist.ProcessGroupGloo, _plaintext_refusal("gloo"))
+    if dist.is_nccl_available():
+        torch_private.guard_constructor(dist.ProcessGroupNCCL, _plaintext_refusal("NCCL"))

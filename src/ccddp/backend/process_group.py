@@ -30,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -51,7 +52,7 @@ from ccddp.comm.hierarchy import hierarchical_all_reduce, hierarchical_broadcast
 from ccddp.comm.transport import Transport
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.device import triton_available
-from ccddp.errors import ConfigError
+from ccddp.errors import ConfigError, PeerTimeoutError
 
 _eager = torch.compiler.disable
 
@@ -151,6 +152,89 @@ def _splits(t: torch.Tensor, sizes: list[int], n: int, what: str) -> list[torch.
     return out
 
 
+# The point-to-point tag of monitored_barrier's sealed reports: a stream (key, counter) of
+# its own, above any tag torch's tools use.
+_MONITORED_TAG = (1 << 31) - 1 - 0x4D42  # gloo takes a C int
+
+# The c10d operations a per-device backend forwards to its group (torch calls a backend's
+# ops by these names where it holds the backend rather than the group).
+_DEVICE_OPS = ("allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather", "allgather_coalesced",
+               "_allgather_base", "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
+               "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall", "gather", "scatter", "barrier",
+               "monitored_barrier", "send", "recv", "recv_anysource")
+
+
+def _device_backend_class():
+    """The per-device c10d ``Backend`` of a ccddp group: every op is the group's own
+    (sealed) method, so ``pg._get_backend(device).allreduce(...)`` and
+    ``pg.allreduce(...)`` are the same op. It coalesces nothing and splits nothing, as
+    gloo (``batch_isend_irecv`` then posts each message on its own, as it does on gloo)."""
+    import weakref
+
+    from ccddp.backend.torch_private import _C10D
+
+    class DeviceBackend(_C10D.Backend):
+        # Plain attributes: the pybind11 properties of these would call back into Python
+        # for the override and recurse.
+        supports_coalescing = False
+        supports_splitting = False
+        supports_time_estimate = False
+        supports_tensor_alloc = False
+        supports_shrinking = False
+
+        def __init__(self, group: "ProcessGroupCCDDP") -> None:
+            super().__init__(group.rank(), group.size())
+            self._group = weakref.ref(group)  # the group holds the backend, not the other way round
+
+        def _of(self) -> "ProcessGroupCCDDP":
+            group = self._group()
+            if group is None:
+                raise ConfigError("this ccddp backend's process group was destroyed")
+            return group
+
+        def getBackendName(self) -> str:
+            return BACKEND_NAME
+
+        def name(self) -> str:
+            return BACKEND_NAME
+
+    def forward(op: str):
+        def call(self, *args, **kwargs):
+            return getattr(self._of(), op)(*args, **kwargs)
+
+        call.__name__ = op
+        return call
+
+    for op in _DEVICE_OPS:
+        setattr(DeviceBackend, op, forward(op))
+    return DeviceBackend
+
+
+_DEVICE_BACKEND = None
+
+
+def register_device_backends(group: "ProcessGroupCCDDP") -> None:
+    """Register ``group`` as its own CPU and CUDA backend, the way torch's groups are
+    (``_register_backend`` per device, ``_set_default_backend``), so that what torch asks
+    a group for its per-device backend (``_get_backend``, ``_get_backend_name``,
+    ``batch_isend_irecv`` from torch 2.15, the coalescing managers) finds ccddp. Torches
+    that cannot host a Python ``Backend`` (2.11 to 2.13) do not ask this of a Python group;
+    there the group stays as it was (``_get_backend`` does not resolve)."""
+    global _DEVICE_BACKEND
+    from ccddp.backend.torch_private import python_backend_allowed
+
+    if not python_backend_allowed():
+        return
+    if _DEVICE_BACKEND is None:
+        _DEVICE_BACKEND = _device_backend_class()
+    backend = _DEVICE_BACKEND(group)
+    group._device_backend = backend  # kept alive with the group: torch's reference is C++ only
+    custom = dist.ProcessGroup.BackendType.CUSTOM
+    for device in ("cpu", "cuda"):
+        group._register_backend(torch.device(device), custom, backend)
+    group._set_default_backend(custom)
+
+
 class ProcessGroupCCDDP(dist.ProcessGroup):
     """One ccddp process group; see the module docstring."""
 
@@ -187,6 +271,9 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         self._placements: dict[torch.device, Placement] = {}
         self._group_name = group_id
         self._group_desc = ""
+        # Registration with torch (torch_private, issue 39): the group is its own per-device backend.
+        self._device_backend = None
+        register_device_backends(self)
 
     # -- identity --------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -591,9 +678,53 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
     @_eager
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        work = self.barrier()
-        work.wait(timeout)
-        return work
+        """gloo's ``monitored_barrier``, sealed: every other rank reports to rank 0, which
+        names the ranks that did not report within ``timeout`` (the first one, or with
+        ``wait_all_ranks`` all of them) in gloo's words, then releases the others. The
+        reports are sealed point-to-point messages on a tag of their own, so the host can
+        neither fake a rank's arrival nor hide which rank hung."""
+        if timeout is None:
+            limit = self.settings.timeout_s
+        else:
+            limit = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+        ms = int(limit * 1000)
+        n, me = self.size(), self.rank()
+        links = self.peer_links
+        if me != 0:
+            links.isend(torch.ones(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(timedelta(seconds=max(limit, 0.001)))
+            try:
+                links.irecv(torch.empty(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(
+                    timedelta(seconds=max(limit, 0.001)))
+            except PeerTimeoutError as e:
+                raise PeerTimeoutError(f"Rank {me} successfully reached monitoredBarrier, but received errors while "
+                                       f"waiting for send/recv from rank 0. Please check rank 0 logs for faulty "
+                                       f"rank. ({e})") from None
+            return None
+        start = time.monotonic()
+        reports = {r: links.irecv(torch.empty(1, dtype=torch.int32), r, _MONITORED_TAG) for r in range(1, n)}
+        missing, processed = [], []
+        for r, report in reports.items():
+            # As gloo: with wait_all_ranks every rank gets the whole timeout (else the first
+            # hung rank would use it up and hide the next ones); without, what is left of it.
+            remaining = limit if wait_all_ranks else limit - (time.monotonic() - start)
+            if remaining < 0:
+                done = (f"Successfully processed ranks: {', '.join(map(str, processed))}" if processed
+                        else "No ranks successfully processed in monitoredBarrier.")
+                raise PeerTimeoutError(f"Rank {me} timed out in monitoredBarrier after {ms} ms. {done}")
+            try:
+                report.wait(timedelta(seconds=max(remaining, 0.001)))
+            except PeerTimeoutError:
+                missing.append(r)
+                if not wait_all_ranks:
+                    raise PeerTimeoutError(f"[Rank 0]: Rank {r} failed to pass monitoredBarrier in {ms} ms") from None
+            else:
+                processed.append(r)
+        if missing:
+            raise PeerTimeoutError(f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier "
+                                   f"in {ms} ms")
+        for r in range(1, n):
+            links.isend(torch.ones(1, dtype=torch.int32), r, _MONITORED_TAG).wait(timedelta(seconds=max(limit, 0.001)))
+        return None
 
     # -- point to point ----------------------------------------------------------------------
     # A device tensor's message is staged: sealed from (opened into) host memory.

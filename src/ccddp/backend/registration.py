@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass
 
 BACKEND_NAME = "ccddp"
@@ -31,8 +32,13 @@ class Options:
     :class:`ccddp.crypto.GroupSecret`; default: key establishment from ``CCDDP_IDENTITY``
     / ``CCDDP_ATTESTATION_POLICY`` or the pre-shared ``CCDDP_GROUP_SECRET``),
     ``establishment`` (a :class:`ccddp.crypto.establish.KeyEstablishment`, e.g. with a
-    hardware-attestation verifier; not with ``secret``). The wait limit of every peer
-    wait is the group's ``timeout``.
+    hardware-attestation verifier; not with ``secret``).
+
+    The wait limit of every peer wait (``timeout_s``) is the group's ``timeout=`` when
+    the group was given one; ``timeout_s`` in ``CCDDP_SETTINGS`` applies only to groups
+    made with torch's default timeout (30 min), and where both are given and differ the
+    group's wins, with a warning (a process-wide variable must not silently lengthen or
+    shorten what one call asked for). ``settings`` given here are used as they are.
 
     Example::
 
@@ -44,29 +50,40 @@ class Options:
     establishment: object = None
 
 
-def settings_from_env(timeout_s: float | None = None):
-    """The ``CommSettings`` that ``CCDDP_SETTINGS`` asks for (defaults if unset); its wait
-    limit is ``timeout_s`` (the group's timeout) unless it names one itself."""
-    from ccddp.comm import CommSettings
-    from ccddp.errors import ConfigError
+def _torch_default_timeout_s() -> float:
+    from torch.distributed.constants import default_pg_timeout
 
-    text = os.environ.get(SETTINGS_ENV, "").strip()
-    try:
-        fields = json.loads(text) if text else {}
-        if not isinstance(fields, dict):
-            raise ValueError("not a JSON object")
-        if timeout_s is not None:
-            fields.setdefault("timeout_s", timeout_s)
-        return CommSettings(**fields)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"{SETTINGS_ENV} must be a JSON object of collective settings: {e}") from None
+    return default_pg_timeout.total_seconds()
+
+
+def settings_from_env(timeout_s: float | None = None):
+    """The ``CommSettings`` that ``CCDDP_SETTINGS`` asks for (defaults if unset), with the
+    group's ``timeout_s``: a timeout the group was given wins over the variable's
+    ``timeout_s`` (with a warning when they differ); the variable's applies to a group
+    made with torch's default timeout (see :class:`Options`)."""
+    from ccddp.comm.settings import settings_from_json
+
+    text = os.environ.get(SETTINGS_ENV, "")
+    # Bounded and typed before anything is read from it: a violation is one ConfigError
+    # that names the field (the variable is set by whoever started the process).
+    settings = settings_from_json(text)
+    if timeout_s is None:
+        return settings
+    named = json.loads(text).get("timeout_s") if text.strip() else None   # checked above
+    if named is None or timeout_s != _torch_default_timeout_s():
+        if named is not None and named != timeout_s:
+            warnings.warn(f"{SETTINGS_ENV} names timeout_s={named!r}, but this group was created with "
+                          f"timeout={timeout_s:g}s: the group's own timeout is used", stacklevel=3)
+        return settings.with_(timeout_s=timeout_s)
+    return settings
 
 
 def _create(backend_opts, options):
     """torch's creator hook (extended API): one ccddp process group."""
-    from ccddp.backend import policy
+    from ccddp.backend import policy, torch_private
     from ccddp.backend.process_group import ProcessGroupCCDDP
 
+    torch_private.require()  # a torch outside the range, or one that moved a hook: one line, no group
     policy.install()  # from now on, a gloo group under a ccddp default group is ccddp too
 
     if options is not None and not isinstance(options, Options):
