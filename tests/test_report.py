@@ -429,3 +429,29 @@ def test_characterize_table_script_puts_runs_side_by_side(tmp_path):
     assert lines[0].endswith("| intervals overlap |") and len(lines) == 2 + 4  # 2 sizes x 2 schedules
     row = next(ln for ln in lines if ln.startswith("| resnet50 | 2 | pipelined |"))
     assert row.count("no measurable difference (") == 2 and row.endswith("| yes |")
+
+
+def test_the_scaling_figure_shows_every_error_bar_and_label(monkeypatch, tmp_path):
+    """Every panel shares the y axis: its limit must clear the highest interval and the
+    label above it in every panel, not only in the last one drawn."""
+    from ccddp.report import figures
+
+    data = make_results()
+    for run in data["runs"]:     # the first panel's (naive) highest bar well above the second's
+        if run["schedule"] == "naive" and run["world_size"] == 3 and run["result"]:
+            for it in run["result"]["iterations"]:
+                it["total_ms"] *= 3
+            run["result"]["summary"]["total_ms"] *= 3
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, out_dir, name: drawn.setdefault(name, fig) and [])
+    figures.fig_scaling(data, tmp_path)
+    fig = drawn["scaling"]
+    for ax in fig.axes:
+        if not ax.patches:
+            continue                        # the legend's slot
+        top = ax.get_ylim()[1]
+        bar_tops = [seg[:, 1].max() for c in ax.collections for seg in c.get_segments()]
+        labels = [t.xy[1] for t in ax.texts if hasattr(t, "xy")]
+        assert bar_tops and labels
+        # A label is drawn a few points above its bar: it needs headroom below the limit.
+        assert max(bar_tops) < top and max(labels) < 0.93 * top, (ax.get_title(), max(bar_tops), max(labels), top)
