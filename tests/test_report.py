@@ -455,3 +455,20 @@ def test_the_scaling_figure_shows_every_error_bar_and_label(monkeypatch, tmp_pat
         assert bar_tops and labels
         # A label is drawn a few points above its bar: it needs headroom below the limit.
         assert max(bar_tops) < top and max(labels) < 0.93 * top, (ax.get_title(), max(bar_tops), max(labels), top)
+
+
+@pytest.mark.parametrize("precision,marked", [(0.0001, True), (10.0, False)])
+def test_the_iteration_figure_marks_ratios_that_missed_the_precision_target(monkeypatch, tmp_path, precision, marked):
+    from ccddp.report import figures
+
+    data = make_results()
+    data["config"]["precision"] = precision
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, out_dir, name: drawn.setdefault(name, fig) and [])
+    figures.fig_iteration_time(data, tmp_path)
+    fig = drawn["iteration_time"]
+    labels = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_text() != "failed"]
+    notes = [t.get_text() for t in fig.texts]
+    assert labels
+    assert all(lab.endswith("†") for lab in labels) if marked else not any("†" in lab for lab in labels)
+    assert any("precision target" in n for n in notes) == marked

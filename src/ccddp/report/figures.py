@@ -230,6 +230,8 @@ def _yerr(ivs: list[Interval | None], values: list[float]) -> list[list[float]] 
 
 
 ERR_STYLE = {"ecolor": "black", "capsize": 2.5, "elinewidth": 0.9}
+#: After a ratio that missed the precision target (the report's tables use the same mark).
+MISSED_MARK = " †"
 
 
 def _mark_failed(ax, x: float, color: str) -> None:
@@ -376,6 +378,7 @@ def fig_iteration_time(results: Mapping[str, Any] | Results, out_dir: str | Path
                                     "CC-on / CC-off (≈1: no measurable difference)",
                               legend=[_series_label(s) for s in series], rotated=_rotated(workloads))
         values: list[float] = []
+        missed_any = False
         for ax, n in zip(axes, sizes):
             for i, s in enumerate(series):
                 cc = "on" if s else "off"
@@ -395,7 +398,10 @@ def fig_iteration_time(results: Mapping[str, Any] | Results, out_dir: str | Path
                     r = res.comparison(w, n, s) if s else None
                     if r is not None:
                         top = iv.high if iv.known else iv.estimate
-                        ax.annotate(_ratio_label(r), (x, top), xytext=(0, 4), textcoords="offset points",
+                        check = res.precision_check(w, n)
+                        mark = MISSED_MARK if check and s in check["missed"] else ""
+                        missed_any = missed_any or bool(mark)
+                        ax.annotate(_ratio_label(r) + mark, (x, top), xytext=(0, 4), textcoords="offset points",
                                     ha="center", va="bottom", fontsize=6.5, rotation=90)
                 ax.bar(xs, ys, width=width * 0.95, color=color, label=_series_label(s),
                        yerr=_yerr(ivs, ys), error_kw=ERR_STYLE)
@@ -408,6 +414,11 @@ def fig_iteration_time(results: Mapping[str, Any] | Results, out_dir: str | Path
         for ax in axes:
             _log_ticks(ax)
         _legend(fig, ly, *_unique_handles(axes))
+        if missed_any:
+            target = res.config.get("precision")
+            fig.text(0.01, 0.005, f"{MISSED_MARK} the ratio's 95 % interval is wider than the study's "
+                                  f"±{target:.0%} precision target (measuring stopped at its cap)",
+                     fontsize=7, ha="left", va="bottom")
         return _save(fig, out_dir, "iteration_time")
 
 
