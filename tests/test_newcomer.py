@@ -481,3 +481,17 @@ def test_characterize_warns_in_its_own_options_words(monkeypatch, capsys, tmp_pa
     assert main(["characterize", "--quick", "--world-sizes", "2,3", "--out", str(tmp_path / "q")]) == 2
     err = errs[0]
     assert "ccddp characterize: warning: 3 local ranks on 2 CPU cores" in err and "(--world-sizes up to 2 gives" in err
+
+
+def test_launch_of_a_script_that_is_not_there_is_one_line_before_any_rank(tmp_path):
+    """Issue 43, item 3: was 18 s and 65 lines (every rank failing under torchrun)."""
+    import subprocess
+    import sys
+
+    from dist_util import child_env
+
+    done = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--nproc-per-node", "2", "missing.py"],
+                          cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "'missing.py' does not exist" in lines[0], lines

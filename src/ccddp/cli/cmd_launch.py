@@ -251,6 +251,14 @@ def torchrun_argv(argv: list[str], environ: Mapping[str, str] | None = None) -> 
     return final
 
 
+def check_script(final: list[str]) -> None:
+    """A script that is not there is one line now, not a failure of every rank after
+    torchrun has started them (a ``-m`` module is found by the ranks' own import)."""
+    rest = list(_parse(final).training_script_args)
+    if rest and rest[0] != "-m" and not os.path.isfile(rest[0]):
+        raise ConfigError(f"the script {rest[0]!r} does not exist (from {os.getcwd()})")
+
+
 def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """torchrun's environment: ``environ`` without ``PET_*`` variables (each is an option in
     :func:`torchrun_argv` already, checked there) and without the group secret (handed
@@ -300,6 +308,7 @@ def run(args: argparse.Namespace) -> int:
     if not argv:
         raise ConfigError("usage: ccddp launch [--trust-domains MAP] [torchrun options] SCRIPT [ARGS]")
     final = torchrun_argv(argv)
+    check_script(final)
     cmd = [sys.executable, "-m", "torch.distributed.run", *final]
     env = child_environment(os.environ)
     if trust_domains is not None:
