@@ -123,8 +123,9 @@ class GroupSecret:
         if _taken is not None:
             return _taken
         raise ConfigError(
-            f"no group secret: set {ENV_SECRET} (64 hex digits) or {ENV_SECRET_FILE}, "
-            "e.g. export CCDDP_GROUP_SECRET=$(python -c 'import os;print(os.urandom(32).hex())')"
+            f"no group secret: start the script with `ccddp launch` (one node: it makes one), or set "
+            f"{ENV_SECRET} (64 hex digits, the same on every rank) or {ENV_SECRET_FILE}, "
+            "e.g. export CCDDP_GROUP_SECRET=$(python -c 'import secrets; print(secrets.token_hex(32))')"
         )
 
 
