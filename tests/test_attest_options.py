@@ -3,7 +3,7 @@ train``: ccddp's leading launch options in any order, the files checked before a
 starts (one line, exit 2, no torch), and the ranks' environment they become.
 
 The launch end to end: the ranks' hardware provider and AMD's pinned root cannot be
-pointed at the test chain (tests/_snp_test_chain.py) without a test hook in the product,
+pointed at the test chain (ccddp.testing.snp_chain) without a test hook in the product,
 so a group that *forms* under ``ccddp launch`` is not tested here (test_attest_group.py
 forms attested groups with the test chain through ``Options(establishment=...)``). What
 is tested is that the options reach the ranks and fail closed: on this machine, which is
@@ -182,3 +182,22 @@ def test_launch_with_a_policy_fails_closed_on_a_machine_without_evidence(tmp_pat
     assert p.returncode != 0, p.stdout[-2000:]
     assert "not a confidential VM" in p.stderr, p.stderr[-3000:]
     assert "params checksum" not in p.stdout
+
+
+def test_the_environment_never_selects_the_test_chain(tmp_path):
+    """What the options set up on a rank (``KeyEstablishment.from_env``) reads the hardware
+    and pins AMD's roots (a test chain's root would be refused): the test chain in
+    ccddp.testing is not even imported."""
+    code = f"""
+import os, sys
+os.environ.update({{"{ENV_POLICY}": {str(POLICY)!r}, "{ENV_CERTS}": {str(CERTS)!r}}})
+from ccddp.crypto.establish import KeyEstablishment
+from ccddp.crypto.attest.provider import SnpProvider
+v = KeyEstablishment.from_env().verifier
+# AMD's staged roots were accepted: only AMD's pinned keys let them in.
+print(type(v.provider) is SnpProvider, sorted(v.trust.chains) == ["Genoa", "Milan"],
+      any(m.startswith("ccddp.testing") for m in sys.modules))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCDDP_")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.stdout.split() == ["True", "True", "False"], p.stdout + p.stderr[-2000:]

@@ -26,6 +26,12 @@ receives of rank 0's message. Every rank must refuse the setup with a one-line
 ``ConfigError`` (``EstablishmentError`` with identity keys) before any key is used: no
 frame of that group is sealed or opened.
 
+The ``attestation`` cases attack attested setup (:func:`run_attestation_case`): after a
+group forms on SEV-SNP evidence from a TEST chain (:mod:`ccddp.testing.snp_chain`, trusted
+by these verifiers alone, by pins passed in code), rank 1 replays its evidence of that
+group, presents rank 0's evidence of the new one, or evidence of a launch image the policy
+does not list; every rank must raise ``AttestationError`` naming rank 1 and the claim.
+
 What decides a row -- the frame sizes and labels a plan is made from, and every rank's
 outcome -- travels sealed on a clean secure group of its own (``gather_json``), so the
 host cannot turn a failure into a pass: an altered report fails authentication.
