@@ -112,6 +112,7 @@ def test_policy_and_certificate_mistakes_are_typed_and_name_the_field(tmp_path):
     ["train", "--workload", "graphsage", "--attestation-policy", "{bad}", "--attestation-certs", "{certs}"],
     ["train", "--workload", "graphsage", "--attestation-policy", "{policy}", "--attestation-certs", "{missing}"],
 ])
+@pytest.mark.multiprocess   # a fresh interpreter (_probe), which the automatic marking cannot see
 def test_a_wrong_policy_or_certs_dir_is_one_line_exit_2_before_torch(tmp_path, command):
     bad = tmp_path / "bad.toml"
     bad.write_text('format = "ccddp-attestation-policy/1"\n[snp]\nmeasurements = ["00"]\n')
@@ -123,6 +124,7 @@ def test_a_wrong_policy_or_certs_dir_is_one_line_exit_2_before_torch(tmp_path, c
     assert ("measurements" in errors[0]) if "{bad}" in command else ("no such directory" in errors[0]), errors
 
 
+@pytest.mark.unit   # main(["train", ...]) starts nothing here: its torchrun is intercepted
 def test_train_hands_the_checked_files_to_the_ranks(tmp_path, monkeypatch):
     """``ccddp train``'s ranks get the two variables (the torchrun call is intercepted
     after every check passed)."""
