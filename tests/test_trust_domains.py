@@ -359,10 +359,11 @@ def test_launch_takes_the_trust_domains_and_keeps_the_other_settings(monkeypatch
     from ccddp.cli.cmd_launch import own_options, settings_with
     from ccddp.errors import ConfigError
 
-    assert own_options(["--trust-domains", "[[0,1],[2,3]]", "--nproc-per-node", "4", "x.py"]) == \
-        ([[0, 1], [2, 3]], ["--nproc-per-node", "4", "x.py"])
-    assert own_options(["--trust-domains=node", "x.py"]) == ("node", ["x.py"])
-    assert own_options(["--nproc-per-node", "2", "x.py", "--trust-domains", "node"])[0] is None  # the script's
+    own, rest = own_options(["--trust-domains", "[[0,1],[2,3]]", "--nproc-per-node", "4", "x.py"])
+    assert (own.trust_domains, rest) == ([[0, 1], [2, 3]], ["--nproc-per-node", "4", "x.py"])
+    own, rest = own_options(["--trust-domains=node", "x.py"])
+    assert (own.trust_domains, rest) == ("node", ["x.py"])
+    assert own_options(["--nproc-per-node", "2", "x.py", "--trust-domains", "node"])[0].trust_domains is None  # the script's
     for bad in (["--trust-domains", '["01"]', "x.py"], ["--trust-domains", "host", "x.py"], ["--trust-domains"]):
         with pytest.raises(ConfigError, match="trust-domains"):
             own_options(bad)

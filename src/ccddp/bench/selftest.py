@@ -26,6 +26,12 @@ receives of rank 0's message. Every rank must refuse the setup with a one-line
 ``ConfigError`` (``EstablishmentError`` with identity keys) before any key is used: no
 frame of that group is sealed or opened.
 
+The ``attestation`` cases attack attested setup (:func:`run_attestation_case`): after a
+group forms on SEV-SNP evidence from a TEST chain (:mod:`ccddp.testing.snp_chain`, trusted
+by these verifiers alone, by pins passed in code), rank 1 replays its evidence of that
+group, presents rank 0's evidence of the new one, or evidence of a launch image the policy
+does not list; every rank must raise ``AttestationError`` naming rank 1 and the claim.
+
 What decides a row -- the frame sizes and labels a plan is made from, and every rank's
 outcome -- travels sealed on a clean secure group of its own (``gather_json``), so the
 host cannot turn a failure into a pass: an altered report fails authentication.
@@ -66,8 +72,9 @@ from ccddp.comm.reduce import Reduction
 from ccddp.comm.transport import Transport
 from ccddp.crypto.establish import EstablishmentError, KeyEstablishment
 from ccddp.crypto.keys import GroupSecret
-from ccddp.bench.selftest_options import (COLLECTIVES, DATA_ATTACKS, FAULTS, HIERARCHICAL, SETUP_ATTACKS, build_parser,
-                                          cases, check_lists, parse_lists, plaintext_links)
+from ccddp.bench.selftest_options import (ATTESTATION_ATTACKS, COLLECTIVES, DATA_ATTACKS, FAULTS, HIERARCHICAL,
+                                          SETUP_ATTACKS, build_parser, cases, check_lists, parse_lists,
+                                          plaintext_links)
 from ccddp.errors import CCDDPError, ConfigError, FrameLabel, IntegrityError, PeerTimeoutError
 from ccddp.testing.adversary import (AbandonedWait, AbortSignal, AdversarialTransport, AdversaryError, Rule,
                                      SetupRule)
@@ -428,6 +435,7 @@ def _attempt(case: Case, rank: int, abort: AbortSignal) -> dict:
                 "integrity": isinstance(e, IntegrityError), "timeout": isinstance(e, PeerTimeoutError),
                 "refused": isinstance(e, (ConfigError, EstablishmentError)) and not isinstance(e, AdversaryError),
                 "typed": isinstance(e, CCDDPError), "abandoned": isinstance(e, AbandonedWait),
+                "claim": getattr(e, "claim", None),
                 "seconds": time.monotonic() - t0, "error_label": label.as_dict() if label is not None else None}
 
 
@@ -498,12 +506,15 @@ class SelftestRun:
     report: SecureGroup         # clean and secure: every verdict-deciding message crosses it
     domains: DomainMap | None = None    # trust domains (at least two) the hierarchical cases run over
     setup_history: list = field(default_factory=list)       # every setup each rank received
+    attest_chain: object = None   # the attestation rows' TEST chain, made once (rank 0) and shared sealed
     transports: list[AdversarialTransport] = field(default_factory=list)
 
 
 def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> dict:
     """Run one case on every rank; every rank returns the same judged row. What decides
     the row crosses sealed, on ``run.report``."""
+    if collective == "attestation":
+        return run_attestation_case(case_no, attack, run)
     rank, n = dist.get_rank(), dist.get_world_size()
     across = run.domains is not None and collective in HIERARCHICAL
     link = AttackedLink.across(run.domains) if across else AttackedLink.flat(n, run.domains is not None)
@@ -574,6 +585,164 @@ def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> di
     outcomes = gather_json(outcome, report)
     row = judge(attack, collective, n, link.src, link.dst, plan, failed, outcomes)
     return {**row, "expected": f"{row['expected']} [{link.where}]"} if link.where else row
+
+
+# -- attested setup ------------------------------------------------------------------------
+
+ATTEST_ATTACKER = 1    # the rank whose evidence is wrong (a compromised rank, or the host's replay)
+
+
+class AttestedCase:
+    """A new group whose keys come from attested establishment (``TeeVerifier`` with
+    ``provider``), then one all-reduce on it. ``keys_used`` counts the frames its keys
+    sealed or opened: under an attack the group must never come into being."""
+
+    def __init__(self, settings: CommSettings, pg, verifier_of) -> None:
+        self.settings, self.pg, self.verifier_of = settings, pg, verifier_of
+        self.keys_used = 0
+
+    def _count(self, key_hash: bytes, nonce: bytes) -> None:
+        self.keys_used += 1
+
+    def run_with(self, provider) -> bool:
+        from ccddp.crypto.establish import Identity
+
+        est = KeyEstablishment(Identity.generate(f"rank{dist.get_rank()}"), self.verifier_of(provider))
+        g = SecureGroup(self.settings, pg=self.pg, recorder=self._count, establishment=est,
+                        transport=Transport.open(self.pg, self.settings.timeout_s))
+        try:
+            return CollectiveCase("all_reduce", g, g.transport).run()
+        finally:
+            g.close()
+
+
+class _Leak:
+    """Rank 0 in the swap case: its honest evidence, also sent to the attacker as soon as
+    it is made (what a host that reads rank 0's setup message could pass on)."""
+
+    def __init__(self, provider, side) -> None:
+        self.provider, self.side = provider, side
+
+    def read(self, report_data: bytes):
+        kind, blob, vcek, source = self.provider.read(report_data)
+        dist.send(torch.frombuffer(bytearray(blob), dtype=torch.uint8), dst=ATTEST_ATTACKER, group=self.side)
+        return kind, blob, vcek, source
+
+
+class _Relay:
+    """The attacker in the swap case: rank 0's evidence of this very group, as its own."""
+
+    def __init__(self, vcek_der: bytes, side) -> None:
+        self.vcek_der, self.side = vcek_der, side
+
+    def read(self, report_data: bytes):
+        from ccddp.crypto.attest.snp import REPORT_BYTES
+
+        buf = torch.empty(REPORT_BYTES, dtype=torch.uint8)
+        dist.recv(buf, src=0, group=self.side)
+        return "snp", buf.numpy().tobytes(), self.vcek_der, "relayed from rank 0"
+
+
+def _attest_chain(run: SelftestRun):
+    """The TEST chain every rank signs with: made by rank 0 (two RSA keys take seconds),
+    sent to the others over the sealed report group. It is trusted only by the verifiers
+    built here (its pins, passed in code)."""
+    from ccddp.testing.snp_chain import TestChain
+
+    if run.attest_chain is None:
+        mine = None
+        if dist.get_rank() == 0:
+            mine = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in TestChain().export().items()}
+        d = gather_json(mine, run.report)[0]
+        run.attest_chain = TestChain.load({k: (bytes.fromhex(v) if isinstance(v, str) else v) for k, v in d.items()})
+    return run.attest_chain
+
+
+def run_attestation_case(case_no: int, attack: str, run: SelftestRun) -> dict:
+    """An attested group forms (the control), then rank 1 presents evidence the verifiers
+    must refuse (:data:`ATTESTATION_ATTACKS`): every rank must raise ``AttestationError``
+    naming rank 1 and the claim, before any key is used. Judged, like every row, from the
+    outcomes every rank sent sealed."""
+    from ccddp.crypto.attest import AttestationPolicy, TeeVerifier, TrustStore
+    from ccddp.testing.snp_chain import MEASUREMENT, TestProvider
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    base, report = run.base, run.report
+    abort = AbortSignal.default(f"{report.session_id.hex()}/{case_no}")
+    pg = dist.new_group(backend="gloo", timeout=timedelta(seconds=base.timeout_s + 5))
+    side = dist.new_group(backend="gloo", timeout=timedelta(seconds=base.timeout_s + 5))
+    chain = _attest_chain(run)
+    tcb = chain.tcb
+    policy = AttestationPolicy.from_toml(
+        f'format = "ccddp-attestation-policy/1"\n[snp]\nmeasurements = ["{MEASUREMENT.hex()}"]\n'
+        f'min_tcb = {{ bootloader = {tcb["bootloader"]}, snp = {tcb["snp"]}, microcode = {tcb["microcode"]} }}\n')
+    trust = TrustStore([chain.ask, chain.ark], pins=chain.pins)
+    case = AttestedCase(base, pg, lambda provider: TeeVerifier(policy, trust, provider=provider))
+    honest = TestProvider(chain)
+    control: dict = {"status": "ok"}
+    try:
+        if not case.run_with(honest):
+            control = {"status": "error", "message": "the attested group gave a wrong result"}
+    except Exception as e:  # noqa: BLE001 - reported, and the row fails
+        abort.set(f"rank {rank} failed before the attack")
+        control = {"status": "error", "message": f"{type(e).__name__}: {_one_line(e)}"}
+    views = gather_json(control, report)
+    failed = [f"rank {r}: {v['message']}" for r, v in enumerate(views) if v["status"] != "ok"]
+    outcome: dict = {"status": "skipped"}
+    if not failed:
+        provider = honest
+        if rank == ATTEST_ATTACKER:
+            if attack == "replay":       # its own genuine evidence, of the control group
+                provider = TestProvider(chain, replay=(honest.issued[0], chain.vcek_der))
+            elif attack == "swap":
+                provider = _Relay(chain.vcek_der, side)
+            else:                        # a launch image the policy does not list
+                provider = TestProvider(chain, measurement=bytes(48))
+        elif rank == 0 and attack == "swap":
+            provider = _Leak(honest, side)
+        case.keys_used = 0
+        t0 = time.monotonic()
+        try:
+            outcome = {"status": "ok", "correct": bool(case.run_with(provider)), "seconds": time.monotonic() - t0}
+        except Exception as e:  # noqa: BLE001
+            outcome = _error_outcome(e, t0)
+        outcome["keys_used"] = case.keys_used
+    outcomes = gather_json(outcome, report)
+    return judge_attestation(attack, n, failed, outcomes, base.timeout_s)
+
+
+def _error_outcome(e: Exception, t0: float) -> dict:
+    return {"status": "error", "type": type(e).__name__, "message": _one_line(e), "one_line": "\n" not in str(e),
+            "claim": getattr(e, "claim", None), "typed": isinstance(e, CCDDPError),
+            "seconds": time.monotonic() - t0}
+
+
+def judge_attestation(attack: str, n: int, failed: list[str], outcomes: list[dict], timeout_s: float) -> dict:
+    """The row of an attestation case: every rank refuses with ``AttestationError`` naming
+    the attacker and the expected claim, in one line, within the timeout, no key used."""
+    claim = ATTESTATION_ATTACKS[attack]
+    row = {"attack": attack, "collective": "attestation", "world_size": n,
+           "expected": f"AttestationError, claim {claim!r} of rank {ATTEST_ATTACKER}, on every rank, no key used"}
+    if failed:
+        return {**row, "observed": "the attested group did not form: " + "; ".join(failed)[:300], "passed": False}
+    problems = []
+    for r, o in enumerate(outcomes):
+        if o["status"] != "error":
+            problems.append(f"rank {r}: the group formed ({'correct' if o.get('correct') else 'WRONG'} result)")
+        elif o["type"] != "AttestationError" or o["claim"] != claim:
+            problems.append(f"rank {r}: {o['type']} claim {o.get('claim')!r}")
+        elif f"rank {ATTEST_ATTACKER}" not in o["message"]:
+            problems.append(f"rank {r}: the reason does not name rank {ATTEST_ATTACKER}")
+        elif not o["one_line"]:
+            problems.append(f"rank {r}: a reason of more than one line")
+        elif o["seconds"] > timeout_s + 2.0:
+            problems.append(f"rank {r}: too late")
+    used = {r: o.get("keys_used", 0) for r, o in enumerate(outcomes) if o.get("keys_used", 0)}
+    if used:
+        problems.append(f"frames sealed or opened under the refused group's keys: {used}")
+    observed = (f"AttestationError, claim {claim!r}, on every rank, no key used" if not problems
+                else "; ".join(problems))
+    return {**row, "observed": observed[:400], "passed": not problems}
 
 
 # -- the verdict ---------------------------------------------------------------------------

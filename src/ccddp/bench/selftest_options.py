@@ -15,7 +15,7 @@ import argparse
 from ccddp.bench.options import trust_domains_setting
 from ccddp.errors import ConfigError
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "ddp_step", "setup")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "ddp_step", "setup", "attestation")
 # What runs hierarchically over trust domains (the ccddp backend's schedules): under
 # ``--trust-domains`` their attacks strike the sealed shard rings across domains. The
 # others are sealed end to end under any map, and are attacked as without domains.
@@ -25,12 +25,20 @@ DATA_ATTACKS = INTEGRITY_ATTACKS + ("delay", "stall")
 # Attacks on the setup's messages, and the exchange each one strikes (0: the ranks'
 # contributions, 1: their key confirmations).
 SETUP_ATTACKS = {"flip": 1, "swap": 1, "replay": 0, "drop": 0, "reorder": 1}
-ATTACKS = DATA_ATTACKS + ("swap",)
+# Attacks on attested setup (SEV-SNP evidence from the TEST chain of
+# ccddp.testing.snp_chain, trusted by the self-test alone), and the claim each must be
+# refused by on every rank: rank 1 presents its own evidence of an earlier group
+# (replay), rank 0's evidence of this group (swap), or evidence of a launch image the
+# policy does not list (policy-miss).
+ATTESTATION_ATTACKS = {"replay": "report_data", "swap": "report_data", "policy-miss": "measurement"}
+ATTACKS = DATA_ATTACKS + ("swap", "policy-miss")
 ROW_KEYS = ("attack", "collective", "world_size", "expected", "observed", "passed")
 
 
 def applies(attack: str, collective: str) -> bool:
     """Whether ``attack`` is a case for ``collective`` (setup attacks strike the setup)."""
+    if collective == "attestation":
+        return attack in ATTESTATION_ATTACKS
     return attack in SETUP_ATTACKS if collective == "setup" else attack in DATA_ATTACKS
 
 
@@ -49,7 +57,8 @@ def check_lists(attacks: list[str], collectives: list[str]) -> None:
             raise ConfigError(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}")
     if not cases(attacks, collectives):
         raise ConfigError(f"no case: {', '.join(attacks)} against {', '.join(collectives)} "
-                          f"(the setup takes {', '.join(SETUP_ATTACKS)}; collectives take {', '.join(DATA_ATTACKS)})")
+                          f"(the setup takes {', '.join(SETUP_ATTACKS)}; attestation takes {', '.join(ATTESTATION_ATTACKS)}; "
+                          f"collectives take {', '.join(DATA_ATTACKS)})")
 
 
 def plaintext_links(domains: list[list[int]]) -> list[dict]:
@@ -85,10 +94,11 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     """Options of ``python -m ccddp.bench.selftest`` (and, without ``--help``, of ``ccddp selftest``)."""
     p = argparse.ArgumentParser(prog="ccddp selftest", description=__doc__.splitlines()[0], add_help=add_help)
     p.add_argument("--attacks", default=",".join(ATTACKS),
-                   help=f"comma list of {', '.join(ATTACKS)} (the setup takes {', '.join(SETUP_ATTACKS)})")
+                   help=f"comma list of {', '.join(ATTACKS)} (the setup takes {', '.join(SETUP_ATTACKS)}; "
+                        f"attestation takes {', '.join(ATTESTATION_ATTACKS)})")
     p.add_argument("--collectives", default=None,
                    help=f"comma list of {', '.join(COLLECTIVES)} (default: all of them; setup: the messages "
-                        "that set a secure group up)")
+                        "that set a secure group up; attestation: attested setup with SEV-SNP evidence from a test chain)")
     p.add_argument("--impl", default="secure", choices=["secure", "secure-naive"],
                    help="secure collective implementation under attack: pipelined (secure) or the paper's (secure-naive)")
     p.add_argument("--trust-domains", default="rank", metavar="MAP",

@@ -28,15 +28,21 @@ ranks open through ``/proc/<this pid>/fd/N`` (named by ``CCDDP_GROUP_SECRET_FILE
 never in the environment block of the agent, the ranks or anything they start, where
 ``/proc/<pid>/environ`` would show it for the process's lifetime.
 
-One option is ccddp's own, given before torchrun's: ``--trust-domains MAP`` (``rank``,
-``node`` or a JSON list of rank lists) sets the ranks' ``trust_domains`` setting, merged
-into ``CCDDP_SETTINGS`` (whatever else that names stays). Which ranks really share a
-domain is still proven by the ranks themselves (:mod:`ccddp.backend.local_links`).
+Three options are ccddp's own, given before torchrun's in any order: ``--trust-domains
+MAP`` (``rank``, ``node`` or a JSON list of rank lists) sets the ranks' ``trust_domains``
+setting, merged into ``CCDDP_SETTINGS`` (whatever else that names stays); which ranks
+really share a domain is still proven by the ranks themselves
+(:mod:`ccddp.backend.local_links`). ``--attestation-policy PATH`` and
+``--attestation-certs DIR`` turn on hardware attestation: the policy is parsed and the
+certificates read here (:mod:`ccddp.crypto.attest.options`), then the ranks get
+``CCDDP_ATTESTATION_POLICY`` / ``CCDDP_ATTESTATION_CERTS`` and agree on their keys by
+attested establishment (no group secret is made or handed over).
 
 Example::
 
     $ ccddp launch --nproc-per-node 2 examples/ddp_tutorial.py --steps 5
     $ ccddp launch --trust-domains node --nproc-per-node 4 train.py   # plaintext only among proven local ranks
+    $ ccddp launch --attestation-policy policy.toml --attestation-certs amd-certs/ --nproc-per-node 2 train.py
     $ ccddp launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 \
           --nproc-per-node 4 train.py          # the same on the other node with --node-rank 1
 """
@@ -50,10 +56,14 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from ccddp.errors import ConfigError
 
 INTERCEPT = "ccddp.backend.intercept"
+
+USAGE = ("ccddp launch [--trust-domains MAP] [--attestation-policy PATH [--attestation-certs DIR]] "
+         "[torchrun options] SCRIPT [ARGS]")
 
 SUMMARY = "run an unmodified DDP script (torchrun arguments) with ccddp as its backend"
 
@@ -62,38 +72,67 @@ PET_PREFIX = "PET_"
 
 
 def register(sub) -> None:
-    # Every argument, dashes included, is torchrun's (``--help`` too), but a leading
-    # ``--trust-domains MAP`` (ccddp's own, :func:`own_options`).
+    # Every argument, dashes included, is torchrun's (``--help`` too), but ccddp's own
+    # leading options (:func:`own_options`).
     p = sub.add_parser("launch", prefix_chars="\0", add_help=False,
                        help=SUMMARY,
                        description="torchrun, with every rank's CPU process groups served by the ccddp backend: "
-                                   "ccddp launch [--trust-domains MAP] [torchrun options] SCRIPT [script "
-                                   "arguments]. The script's init_process_group('gloo') (or no backend) becomes "
+                                   f"{USAGE}. The script's init_process_group('gloo') (or no backend) becomes "
                                    "'ccddp'; nothing else changes.")
     p.add_argument("torchrun_args", nargs=argparse.REMAINDER, metavar="[torchrun options] SCRIPT [ARGS]")
     p.set_defaults(func=run)
 
 
 TRUST_DOMAINS = "--trust-domains"
+ATTESTATION_POLICY = "--attestation-policy"
+ATTESTATION_CERTS = "--attestation-certs"
+#: ccddp's own options, each taking one value, given before torchrun's in any order.
+OWN = {TRUST_DOMAINS: "trust_domains", ATTESTATION_POLICY: "attestation_policy",
+       ATTESTATION_CERTS: "attestation_certs"}
 
 
-def own_options(argv: list[str]) -> tuple[object, list[str]]:
-    """ccddp's own option at the head of ``argv`` (``--trust-domains MAP`` or
-    ``--trust-domains=MAP``; torchrun has no option it could abbreviate), checked, and the
-    rest, which is torchrun's."""
-    if not argv or not argv[0].startswith(TRUST_DOMAINS):
-        return None, argv
-    head, _, value = argv[0].partition("=")
-    if head != TRUST_DOMAINS:
-        return None, argv
-    rest = argv[1:]
-    if not value:
-        if not rest:
-            raise ConfigError(f"{TRUST_DOMAINS} needs a value: rank, node or a JSON list of rank lists")
-        value, rest = rest[0], rest[1:]
-    from ccddp.bench.options import trust_domains_setting
+@dataclass(frozen=True)
+class OwnOptions:
+    """ccddp's own leading options of ``ccddp launch`` (None: not given)."""
 
-    return trust_domains_setting(value), rest
+    trust_domains: object = None
+    attestation_policy: str | None = None
+    attestation_certs: str | None = None
+
+
+def own_options(argv: list[str]) -> tuple[OwnOptions, list[str]]:
+    """ccddp's own options at the head of ``argv``, in any order (``--trust-domains MAP``,
+    ``--attestation-policy PATH``, ``--attestation-certs DIR``; each also as
+    ``--option=VALUE``), and the rest, which is torchrun's. Only whole names count (none
+    is an abbreviation: torchrun has no option these could abbreviate, and an abbreviation
+    of ours would be passed on and refused by torchrun's parser). The first argument that
+    is not one of them ends ccddp's options, so the same names after it are torchrun's or
+    the script's. A value is checked for its form here (the trust-domain map); the
+    attestation files are checked by :func:`run`, before anything starts."""
+    values: dict[str, object] = {}
+    rest = list(argv)
+    while rest:
+        head, eq, value = rest[0].partition("=")
+        if head not in OWN:
+            break
+        if OWN[head] in values:
+            # Given twice: which one wins would be a guess.
+            raise ConfigError(f"{head} is given twice")
+        rest = rest[1:]
+        if not eq:
+            if not rest:
+                raise ConfigError(f"{head} needs a value: " + ("rank, node or a JSON list of rank lists"
+                                                               if head == TRUST_DOMAINS else "a path"))
+            value, rest = rest[0], rest[1:]
+        if head == TRUST_DOMAINS:
+            from ccddp.bench.options import trust_domains_setting
+
+            values[OWN[head]] = trust_domains_setting(value)
+        else:
+            if not value:
+                raise ConfigError(f"{head} needs a path")
+            values[OWN[head]] = value
+    return OwnOptions(**values), rest
 
 
 def settings_with(environ: Mapping[str, str], trust_domains) -> str:
@@ -304,24 +343,31 @@ def secret_handoff(secret) -> Iterator[str]:
 def run(args: argparse.Namespace) -> int:
     from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE, GroupSecret
 
-    trust_domains, argv = own_options(list(args.torchrun_args))
+    own, argv = own_options(list(args.torchrun_args))
     if not argv:
-        raise ConfigError("usage: ccddp launch [--trust-domains MAP] [torchrun options] SCRIPT [ARGS]")
+        raise ConfigError(f"usage: {USAGE}")
+    # The attestation files first: a wrong policy is one line before torch is imported.
+    from ccddp.crypto.attest.options import attestation_environment
+
+    attestation = attestation_environment(own.attestation_policy, own.attestation_certs)
     final = torchrun_argv(argv)
     check_script(final)
     cmd = [sys.executable, "-m", "torch.distributed.run", *final]
     env = child_environment(os.environ)
-    if trust_domains is not None:
+    env.update(attestation)
+    if own.trust_domains is not None:
         from ccddp.comm.settings import SETTINGS_ENV
 
-        env[SETTINGS_ENV] = settings_with(os.environ, trust_domains)
+        env[SETTINGS_ENV] = settings_with(os.environ, own.trust_domains)
     if os.environ.get(ENV_SECRET):
         secret = GroupSecret.from_hex(os.environ[ENV_SECRET])   # refused here, not in every rank
-    elif os.environ.get(ENV_SECRET_FILE) or os.environ.get("CCDDP_IDENTITY"):
-        secret = None      # a path, or identity keys: nothing secret in the environment
+    elif os.environ.get(ENV_SECRET_FILE) or os.environ.get("CCDDP_IDENTITY") or attestation:
+        # A path, identity keys, or attestation (the ranks agree on keys by attested
+        # establishment, which takes precedence over a group secret): nothing to hand over.
+        secret = None
     elif _node_range(_parse(final))[1] > 1:
         raise ConfigError(f"a multi-node launch needs the same key material on every node: set {ENV_SECRET} "
-                          "(or CCDDP_IDENTITY and CCDDP_ALLOWLIST)")
+                          f"(or CCDDP_IDENTITY and CCDDP_ALLOWLIST, or {ATTESTATION_POLICY})")
     else:
         secret = GroupSecret.generate()
     from ccddp.bench.launch import supervised

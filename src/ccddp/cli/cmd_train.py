@@ -28,6 +28,12 @@ def register(sub) -> None:
                         "--nnodes > 1; default 127.0.0.1 on one node)")
     p.add_argument("--master-port", type=int, default=None,
                    help="rendezvous port on node 0, the same on every node (needed with --nnodes > 1)")
+    p.add_argument("--attestation-policy", default=None, metavar="PATH",
+                   help="turn on hardware attestation (SEV-SNP / TDX): every CC-on rank must present evidence this "
+                        "policy TOML accepts, bound to its key exchange; checked before anything starts")
+    p.add_argument("--attestation-certs", default=None, metavar="DIR",
+                   help="the vendor certificates the policy's evidence is verified with (AMD's ASK/ARK, Intel "
+                        "CRLs); needed for an [snp] policy unless CCDDP_ATTESTATION_CERTS names them")
     p.set_defaults(func=run)
 
 
@@ -78,10 +84,12 @@ def check_arguments(args: argparse.Namespace):
         raise ConfigError(f"--master-addr must be a host name or IP address, got {args.master_addr!r}")
     from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE  # the crypto stack: only when checking
 
-    if args.nnodes > 1 and any(v.cc == "on" for v in variants) and \
+    # Attested ranks agree on their keys by key establishment: no shared secret is needed.
+    attested = getattr(args, "attestation_policy", None) is not None
+    if args.nnodes > 1 and any(v.cc == "on" for v in variants) and not attested and \
             not (os.environ.get(ENV_SECRET) or os.environ.get(ENV_SECRET_FILE)):
         raise ConfigError(f"with --nnodes > 1 every node needs the same group secret: set {ENV_SECRET} "
-                          f"or {ENV_SECRET_FILE} on each node")
+                          f"or {ENV_SECRET_FILE} on each node (or give --attestation-policy)")
     if args.budget is not None and args.warmup < 1:
         raise ConfigError("--budget needs --warmup >= 1: the warm-up times the budget")
     if args.master_port is not None and not 0 < args.master_port < 65536:
@@ -113,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
     from ccddp.cli.preflight import check_group_secret, require_gpu_device, warn_oversubscribed
 
     variants = check_arguments(args)
+    from ccddp.crypto.attest.options import attestation_environment
+
+    # The policy parsed and the certificates read here: a mistake is one line, before torch.
+    attestation = attestation_environment(args.attestation_policy, args.attestation_certs)
     check_group_secret()
     if args.device == "cuda":
         require_gpu_device("ccddp train")   # no GPU device at all: answered before torch loads
@@ -136,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         timeout = args.timeout * 4 + 600 + 2 * (args.budget or 0)
         torchrun("ccddp.bench.train", forwarded_args(args, out), nproc=args.world_size, nnodes=args.nnodes,
                  node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port, timeout_s=timeout,
-                 env=job_env({PROGRESS_ENV: "1"}))
+                 env=job_env({PROGRESS_ENV: "1", **attestation}))
         if args.node_rank == 0 and os.path.exists(out):
             with open(out) as f:
                 result = json.load(f)
