@@ -289,6 +289,9 @@ def test_validate_cli_table_and_json(tmp_path, capsys):
     assert table[0].startswith("| workload |") and len(table) == 6
     assert table[3].endswith("| pooled | no (time) |") and "Hodges-Lehmann" in table[5]
     text = capsys.readouterr().out
+    assert "resnet50" in text and all(len(line) <= 120 for line in text.splitlines()), text
+    assert main(["validate", "--profile", "local", "--measured", str(d), "--wide"]) == 0
+    text = capsys.readouterr().out
     assert "resnet50" in text and "pred. on ms" in text and "ratio error" in text
     data = json.loads(out.read_text())
     assert data["schema"] == "ccddp.validate/1" and len(data["rows"]) == 2

@@ -36,6 +36,8 @@ def register(subparsers) -> None:
                    help="`ccddp train --json` files, characterize results.json, or "
                         "directories holding them")
     p.add_argument("--json", metavar="PATH", help="write the rows and the verdict as JSON")
+    p.add_argument("--wide", action="store_true",
+                   help="the table at the terminal's full width (default: at most 120 columns, headers wrapped)")
     p.add_argument("--markdown", metavar="PATH",
                    help="write the table as markdown (e.g. for BENCHMARKS.md)")
     p.set_defaults(func=run)
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     runs = load_runs(args.measured)
     rows = validate(hw, runs)
     v = verdict(rows)
-    console().print(table(rows, f"ccddp validate: profile {hw.name} ({hw.source}); targets: "
+    console(args.wide).print(table(rows, f"ccddp validate: profile {hw.name} ({hw.source}); targets: "
                                 f"CC-on time within {TIME_TOLERANCE:.0%}, ratio within "
                                 f"{RATIO_TOLERANCE:.0%}"))
     print(f"{v['rows_passing']}/{v['rows']} rows pass; workloads passing at world sizes 2 and "
