@@ -22,6 +22,7 @@ from ccddp.crypto.attest.evidence import MAX_EVIDENCE_BYTES, decode_evidence, en
 from ccddp.crypto.attest.snp import PINNED_ARK_SPKI_SHA256, POLICY_DEBUG, POLICY_MIGRATE_MA, load_certificates
 from ccddp.crypto.establish import EstablishmentError
 from ccddp.errors import AttestationError, CCDDPError
+from _attest_util import flip as _flip, refused as _refused
 
 FIX = Path(__file__).parent / "fixtures" / "attestation"
 CASES = ("gosev", "virtee")
@@ -48,20 +49,6 @@ def _verify(report: bytes, trust, case: str = "gosev", *, policy=None, expected=
     expected = parse_report(_report(case)).report_data if expected is None else expected
     return verify_snp(report, trust, (policy or _policy(case)).snp, expected_report_data=expected,
                       vcek=vcek if vcek is not None else _vcek(case), at=at)
-
-
-def _refused(claim: str, fn, *args, **kw) -> AttestationError:
-    with pytest.raises(AttestationError) as ei:
-        fn(*args, **kw)
-    assert ei.value.claim == claim, (ei.value.claim, str(ei.value))
-    assert claim in str(ei.value)
-    return ei.value
-
-
-def _flip(data: bytes, offset: int, bit: int = 0) -> bytes:
-    b = bytearray(data)
-    b[offset] ^= 1 << bit
-    return bytes(b)
 
 
 # -- genuine evidence verifies ----------------------------------------------------------

@@ -16,6 +16,7 @@ from _tdx_test_chain import MRTD, TdxTestChain
 from ccddp.crypto.attest import AttestationPolicy
 from ccddp.crypto.attest.tdx import SIGNED_BYTES, parse_quote, verify_tdx
 from ccddp.errors import AttestationError
+from _attest_util import flip as _flip, refused as _refused
 
 T = Path(__file__).parent / "fixtures" / "attestation" / "tdx"
 UTC = dt.timezone.utc
@@ -44,20 +45,6 @@ def _crls():
 def _verify(quote: bytes, name: str = "spr", *, expected=None, at=IN_CRL_WINDOW, policy=None, **kw):
     expected = parse_quote(_spr() if name == "spr" else _cos()).report_data if expected is None else expected
     return verify_tdx(quote, policy or _policy(name), expected_report_data=expected, at=at, **kw)
-
-
-def _refused(claim: str, fn, *args, **kw) -> AttestationError:
-    with pytest.raises(AttestationError) as ei:
-        fn(*args, **kw)
-    assert ei.value.claim == claim, (ei.value.claim, str(ei.value))
-    assert claim in str(ei.value)
-    return ei.value
-
-
-def _flip(data: bytes, offset: int, bit: int = 0) -> bytes:
-    b = bytearray(data)
-    b[offset] ^= 1 << bit
-    return bytes(b)
 
 
 def test_genuine_quotes_verify_end_to_end():
