@@ -472,3 +472,17 @@ def test_the_iteration_figure_marks_ratios_that_missed_the_precision_target(monk
     assert labels
     assert all(lab.endswith("†") for lab in labels) if marked else not any("†" in lab for lab in labels)
     assert any("precision target" in n for n in notes) == marked
+
+
+def test_machine_info_names_the_gpu_a_cuda_run_used(monkeypatch):
+    """A result measured on a GPU says which one in its machine record (the first GPU
+    run's JSON said "none (CPU ranks over gloo)" beside its H100 rows)."""
+    import torch
+
+    from ccddp.bench.machine import machine_info
+
+    assert machine_info()["gpu"] == "none (CPU ranks over gloo)" or torch.cuda.is_initialized()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    assert machine_info()["gpu"] == "NVIDIA H100 80GB HBM3 (1 visible)"

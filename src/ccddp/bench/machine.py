@@ -115,6 +115,16 @@ def _own_cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _gpus_in_use(torch) -> str:
+    """The GPUs this process works on, by name, or that it uses none. Asked only where
+    CUDA is already initialised here (a rank or a benchmark that ran on the GPU): a
+    parent that initialised CUDA could no longer fork ranks that use it."""
+    if not torch.cuda.is_initialized():
+        return "none (CPU ranks over gloo)"
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return f"{', '.join(sorted(set(names)))} ({len(names)} visible)"
+
+
 def machine_info() -> dict:
     import cryptography
     import torch
@@ -134,7 +144,7 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "cryptography": cryptography.__version__,
         **cpu_details(),
-        "gpu": "none (CPU ranks over gloo)",
+        "gpu": _gpus_in_use(torch),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
