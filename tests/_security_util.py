@@ -127,5 +127,9 @@ def worker_env(extra: dict | None = None) -> dict:
     from ccddp.bench.launch import job_env
 
     env = job_env(extra)
+    if not env.get("CCDDP_GROUP_SECRET") and not env.get("CCDDP_GROUP_SECRET_FILE"):
+        # These tests start torchrun themselves (not through ccddp.bench.launch.torchrun,
+        # which hands a secret over in a memfd): the test's ranks get one in their env.
+        env["CCDDP_GROUP_SECRET"] = os.urandom(32).hex()
     env["PYTHONPATH"] = os.pathsep.join([SRC, TESTS] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env

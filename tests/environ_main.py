@@ -6,6 +6,8 @@ later deletes from ``os.environ``, and a child inherits its parent's block. Ever
 saves the blocks of the processes that could hold the secret: its own, its torchrun agent
 (its parent), a forked child and a subprocess, started after the rank's group exists, as
 ``OUT/rank{r}-{who}.environ`` (with the agent's command line, to show it is the agent).
+A second argument ``ccddp`` asks for the ccddp backend by name (a plain torchrun, as
+``ccddp train`` and ``ccddp bench`` start their ranks).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ def environ(pid: int) -> bytes:
 
 def main() -> None:
     out = sys.argv[1]
-    dist.init_process_group("gloo")  # served by ccddp under ccddp launch: the secret is in use
+    backend = sys.argv[2] if len(sys.argv) > 2 else "gloo"  # gloo: served by ccddp under ccddp launch
+    if backend == "ccddp":
+        import ccddp.backend  # noqa: F401  (registers the backend)
+    dist.init_process_group(backend)  # the secret is in use from here
     rank = dist.get_rank()
     t = torch.ones(4)
     dist.all_reduce(t)

@@ -260,6 +260,31 @@ def test_no_environment_block_of_the_launch_holds_the_secret(given, tmp_path):
     assert b"CCDDP_GROUP_SECRET_FILE=" not in blocks["rank0-subprocess.environ"]
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["CCDDP_GROUP_SECRET given", "secret made by the command"])
+def test_no_environment_block_of_a_ccddp_commands_ranks_holds_the_secret(given, tmp_path):
+    """``ccddp train``, ``bench``, ``selftest``, ``characterize`` and ``calibrate`` start
+    their ranks through ``ccddp.bench.launch.torchrun``: the secret it makes, or the one the
+    user gave, reaches the ranks through a sealed memfd, not in torchrun's or the ranks'
+    environment (before: ``job_env`` put a fresh secret into it)."""
+    from dist_util import child_env
+
+    from ccddp.bench.launch import torchrun
+
+    env = child_env({"OMP_NUM_THREADS": "1"})
+    env.pop("CCDDP_GROUP_SECRET_FILE", None)
+    env.pop("CCDDP_GROUP_SECRET", None)
+    if given:
+        env["CCDDP_GROUP_SECRET"] = SECRET_HEX
+    torchrun("environ_main", [str(tmp_path), "ccddp"], nproc=2, env=env, timeout_s=240, quiet=True)
+    blocks = {p.name: p.read_bytes() for p in tmp_path.glob("*.environ")}
+    assert len(blocks) == 8, sorted(blocks)
+    for name, block in blocks.items():
+        assert b"PATH=" in block, f"{name}: not an environment block"
+        assert SECRET_HEX.encode() not in block and SECRET_HEX.upper().encode() not in block, name
+        assert b"CCDDP_GROUP_SECRET=" not in block, name
+    assert b"CCDDP_GROUP_SECRET_FILE=" in blocks["rank0-agent.environ"], "the agent is told where the secret is"
+
+
 def _one_rank(rank, n):
     import torch.distributed as dist
 

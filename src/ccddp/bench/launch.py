@@ -19,12 +19,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 
 from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE, GroupSecret
 from ccddp.errors import CCDDPError
@@ -37,10 +40,9 @@ def free_port() -> int:
 
 
 def job_env(extra: dict | None = None) -> dict:
-    """Environment for local workers: a fresh group secret unless the user set one."""
+    """Environment for local workers (the group secret is not in it: :func:`torchrun`
+    hands it over, see :func:`secret_handoff`)."""
     env = dict(os.environ)
-    if not env.get(ENV_SECRET) and not env.get(ENV_SECRET_FILE):
-        env[ENV_SECRET] = GroupSecret.generate().value.hex()
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra or {})
@@ -59,10 +61,52 @@ def torchrun(module: str, args: list[str], nproc: int, *, timeout_s: float = 360
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
            f"--node-rank={node_rank}", f"--master-addr={master_addr or '127.0.0.1'}", f"--master-port={port}",
            "--max-restarts=0", "-m", module, *args]
-    done = supervised(cmd, env or job_env(), timeout_s=timeout_s, stdout=subprocess.PIPE if quiet else None,
-                      stderr=subprocess.PIPE)
+    env = dict(env or job_env())
+    # The secret never enters an environment block (/proc/<pid>/environ of torchrun, the
+    # ranks and whatever they start): the user's CCDDP_GROUP_SECRET is taken out of the
+    # ranks' environment, else a fresh one is made unless a file already holds it.
+    given = env.pop(ENV_SECRET, None)
+    secret = GroupSecret.from_hex(given) if given else None if env.get(ENV_SECRET_FILE) else GroupSecret.generate()
+    with contextlib.ExitStack() as stack:
+        if secret is not None:
+            env[ENV_SECRET_FILE] = stack.enter_context(secret_handoff(secret))
+        done = supervised(cmd, env, timeout_s=timeout_s, stdout=subprocess.PIPE if quiet else None,
+                          stderr=subprocess.PIPE)
     if done.returncode != 0:
         raise CCDDPError(f"the run on {nproc} local ranks failed: {reason(done.stderr)}")
+
+
+@contextlib.contextmanager
+def secret_handoff(secret) -> Iterator[str]:
+    """A path the ranks read the group secret from, valid while the ``with`` block runs:
+    ``/proc/<this pid>/fd/N`` of a sealed memfd (in this process's memory only: never in
+    an environment block, never on a disk the host could read), else (no memfd) a 0400
+    file in a fresh 0700 directory, removed at the end. Either way a process of the same
+    user can read it while the launch runs, as it could read the ranks' memory."""
+    text = secret.value.hex().encode()
+    if hasattr(os, "memfd_create"):
+        import fcntl
+
+        fd = os.memfd_create("ccddp-group-secret", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.write(fd, text)
+            os.fchmod(fd, 0o400)
+            # Sealed: nothing that opens it can change the secret the next rank reads.
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                        | fcntl.F_SEAL_WRITE)
+            yield f"/proc/{os.getpid()}/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    where = tempfile.mkdtemp(prefix="ccddp-secret-")  # 0700
+    try:
+        path = os.path.join(where, "group-secret")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+        yield path
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def supervised(cmd: list[str], env: dict, *, timeout_s: float | None = None, stdout=None,

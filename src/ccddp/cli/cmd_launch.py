@@ -52,10 +52,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ccddp.errors import ConfigError
@@ -301,43 +299,10 @@ def check_script(final: list[str]) -> None:
 def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """torchrun's environment: ``environ`` without ``PET_*`` variables (each is an option in
     :func:`torchrun_argv` already, checked there) and without the group secret (handed
-    over by :func:`secret_handoff`)."""
+    over by :func:`ccddp.bench.launch.secret_handoff`)."""
     from ccddp.crypto.keys import ENV_SECRET
 
     return {k: v for k, v in environ.items() if not k.startswith(PET_PREFIX) and k != ENV_SECRET}
-
-
-@contextlib.contextmanager
-def secret_handoff(secret) -> Iterator[str]:
-    """A path the ranks read the group secret from, valid while the ``with`` block runs:
-    ``/proc/<this pid>/fd/N`` of a sealed memfd (in this process's memory only: never in
-    an environment block, never on a disk the host could read), else (no memfd) a 0400
-    file in a fresh 0700 directory, removed at the end. Either way a process of the same
-    user can read it while the launch runs, as it could read the ranks' memory."""
-    text = secret.value.hex().encode()
-    if hasattr(os, "memfd_create"):
-        import fcntl
-
-        fd = os.memfd_create("ccddp-group-secret", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        try:
-            os.write(fd, text)
-            os.fchmod(fd, 0o400)
-            # Sealed: nothing that opens it can change the secret the next rank reads.
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
-                        | fcntl.F_SEAL_WRITE)
-            yield f"/proc/{os.getpid()}/fd/{fd}"
-        finally:
-            os.close(fd)
-        return
-    where = tempfile.mkdtemp(prefix="ccddp-secret-")  # 0700
-    try:
-        path = os.path.join(where, "group-secret")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        with os.fdopen(fd, "wb") as f:
-            f.write(text)
-        yield path
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -370,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
                           f"(or CCDDP_IDENTITY and CCDDP_ALLOWLIST, or {ATTESTATION_POLICY})")
     else:
         secret = GroupSecret.generate()
-    from ccddp.bench.launch import supervised
+    from ccddp.bench.launch import secret_handoff, supervised
 
     with contextlib.ExitStack() as stack:
         if secret is not None:
