@@ -5,7 +5,9 @@ Usage::
     python scripts/collectives_table.py benchmarks/collectives/interleaved [--json table.json]
 
 Takes directories or files of ``ccddp bench collectives --json`` results (one per run);
-see ``ccddp.report.collective_runs``.
+see ``ccddp.report.collective_runs``. Runs folded into a ``runs.json`` (``scripts/folded_runs.py``)
+are named by their original paths: ``benchmarks/collectives/interleaved`` is every entry
+``interleaved/...`` of ``benchmarks/collectives/runs.json``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+from folded_runs import materialize
 
 from ccddp.errors import ConfigError
 from ccddp.report.collective_runs import load_results, markdown_table, summarize
@@ -24,7 +28,8 @@ def main() -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = ap.parse_args()
     try:
-        rows = summarize(load_results(args.paths))
+        with materialize(args.paths) as paths:
+            rows = summarize(load_results(paths))
     except ConfigError as e:
         print(f"collectives_table: {e}", file=sys.stderr)
         return 2

@@ -7,7 +7,9 @@ Usage::
 Takes directories or files of ``ccddp train --json`` results: comparisons of variants
 measured in turns (``--cc off,on``: paired ratios with 95 % intervals) or single runs,
 e.g. the output of ``scripts/validation_runs.py --shapes default`` (ratios of medians,
-no interval); see ``ccddp.report.training_runs``.
+no interval); see ``ccddp.report.training_runs``. Runs folded into a ``runs.json``
+(``scripts/folded_runs.py``) are named by their original paths: ``benchmarks/training/rounds``
+is every entry ``rounds/...`` of ``benchmarks/training/runs.json``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+from folded_runs import materialize
 
 from ccddp.errors import ConfigError
 from ccddp.report.training_runs import compare_runs, markdown_table
@@ -29,7 +33,8 @@ def main() -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = ap.parse_args()
     try:
-        rows = compare_runs(load_runs(args.paths), order=list(WORKLOADS))
+        with materialize(args.paths) as paths:
+            rows = compare_runs(load_runs(paths), order=list(WORKLOADS))
     except ConfigError as e:
         print(f"training_table: {e}", file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Quiet-machine A/B: old = 0a00a25 (/tmp/old), new = main (/work/main). Interleaved, order alternating by round.
+# The results are folded into $OUT/runs.json at the end (scripts/folded_runs.py).
 set -u
 cd /work/main
 OUT=benchmarks/before-after
@@ -32,3 +33,4 @@ for r in 1 2 3; do
 done
 run overhead-ws2 new torchrun --nproc-per-node 2 /work/main/scripts/backend_overhead.py --sizes 1M,64M --iters 60 --json $OUT/backend-overhead-ws2.json
 echo "$(date -u +%FT%TZ) ALL DONE" >> $LOG
+python scripts/folded_runs.py fold $OUT 'coll-*.json' 'setup-*.json' 'train-*.json'

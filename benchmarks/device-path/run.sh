@@ -2,7 +2,8 @@
 # The CPU path before and after a change: old checked out at /tmp/orig, new at /tmp/new;
 # results in OUT. First used for CUDA tensors coming through the backend (old = 40f6a93,
 # OUT = this folder); again for the ordered wire (benchmarks/ordered-wire). Launches
-# alternate old/new, the order flipping every round; every launch's load is logged.
+# alternate old/new, the order flipping every round; every launch's load is logged. The
+# launches' results are folded into $OUT/runs.json at the end (scripts/folded_runs.py).
 #   OUT=... ROUNDS=8 bash run.sh && python summarize.py "$OUT" "what changed"
 set -u
 OUT=${OUT:-/work/main/benchmarks/device-path}
@@ -18,3 +19,4 @@ for r in $(seq "${FIRST:-1}" "$ROUNDS"); do
   done
 done
 echo "$(date -u +%FT%TZ) ALL DONE" >> "$LOG"
+python "$(dirname "$0")/../../scripts/folded_runs.py" fold "$OUT" 'coll-*.json'

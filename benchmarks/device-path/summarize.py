@@ -1,6 +1,8 @@
 """Secure all-reduce time, new/old, from run.sh's launches: per (world size, size), the
 Hodges-Lehmann estimate of the per-round ratio with its signed-rank 95 % interval; also
 secure/gloo within each launch, new over old. Writes summary.json beside the runs.
+Reads each run from RUN_DIR (a fresh run) or, folded, from its runs.json
+(``scripts/folded_runs.py``).
 
     python summarize.py [RUN_DIR [WHAT]]     # default: this folder, the first comparison
 """
@@ -9,7 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-from ccddp.stats import paired_ratio
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from folded_runs import exists, read  # noqa: E402
+
+from ccddp.stats import paired_ratio  # noqa: E402
 
 HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
 WHAT = sys.argv[2] if len(sys.argv) > 2 else (
@@ -17,7 +22,7 @@ WHAT = sys.argv[2] if len(sys.argv) > 2 else (
 
 
 def secure_and_gloo(path: Path, nbytes: int) -> tuple[float, float]:
-    rows = json.loads(path.read_text())["rows"]
+    rows = read(path)["rows"]
     t = {r["impl"]: r["time_us"] for r in rows if r["op"] == "all_reduce" and r["bytes"] == nbytes}
     return t["secure"] / 1e3, t["gloo"] / 1e3
 
@@ -34,7 +39,7 @@ def main() -> None:
             new, old, rnew, rold = [], [], [], []
             for r in range(1, 100):
                 a, b = HERE / f"coll-ws{ws}-r{r}-new.json", HERE / f"coll-ws{ws}-r{r}-orig.json"
-                if not (a.exists() and b.exists()):
+                if not (exists(a) and exists(b)):
                     continue
                 (sn, gn), (so, go) = secure_and_gloo(a, nbytes), secure_and_gloo(b, nbytes)
                 new.append(sn), old.append(so), rnew.append(sn / gn), rold.append(so / go)

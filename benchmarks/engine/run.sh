@@ -2,6 +2,7 @@
 # The engine before and after this round of work, and the backend over trust domains.
 # old = 45f8dc4 (checked out at /tmp/orig), new = this commit (checked out at /tmp/new):
 # launches alternate old/new, the order flipping every round; every launch's load is logged.
+# The launches' results are folded into $OUT/runs.json at the end (scripts/folded_runs.py).
 set -u
 OUT=${OUT:-/work/main/benchmarks/engine}
 RUN_LOGS="$OUT"
@@ -19,3 +20,4 @@ for r in 1 2 3; do
       --json "$OUT/domains-ws4-r$r.json"
 done
 echo "$(date -u +%FT%TZ) ALL DONE" >> "$LOG"
+python "$(dirname "$0")/../../scripts/folded_runs.py" fold "$OUT" 'coll-*.json' 'domains-*.json'

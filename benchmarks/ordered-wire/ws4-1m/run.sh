@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A closer look at the one row whose estimate was above 1 (4 ranks, 1 MiB): --iters 30,
-# old (/tmp/orig) and new (/tmp/new) taking turns, the order flipping every round.
+# old (/tmp/orig) and new (/tmp/new) taking turns, the order flipping every round. The
+# launches' results are folded into ../runs.json at the end (scripts/folded_runs.py).
 set -u
 OUT=$(cd "$(dirname "$0")" && pwd)
 . "$OUT/../../ab_launch.sh"
@@ -12,3 +13,4 @@ for r in $(seq 1 "${ROUNDS:-8}"); do
   done
 done
 echo "$(date -u +%FT%TZ) ALL DONE" >> "$OUT/log.txt"
+python "$OUT/../../../scripts/folded_runs.py" fold "$OUT/.." 'ws4-1m/coll-*.json'

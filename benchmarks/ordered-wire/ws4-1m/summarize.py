@@ -1,17 +1,22 @@
 """Secure all-reduce time new/old (and secure/gloo new over old) for run.sh's rounds,
-Hodges-Lehmann with the signed-rank 95 % interval; writes summary.json here."""
+Hodges-Lehmann with the signed-rank 95 % interval; writes summary.json here. Reads the
+runs from this folder (a fresh run) or, folded, from ../runs.json (``scripts/folded_runs.py``)."""
 
 import json
 import statistics
+import sys
 from pathlib import Path
 
-from ccddp.stats import paired_ratio
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+from folded_runs import exists, read  # noqa: E402
+
+from ccddp.stats import paired_ratio  # noqa: E402
 
 HERE = Path(__file__).parent
 
 
 def times(path: Path) -> tuple[float, float]:
-    rows = json.loads(path.read_text())["rows"]
+    rows = read(path)["rows"]
     t = {r["impl"]: r["time_us"] / 1e3 for r in rows if r["op"] == "all_reduce"}
     return t["secure"], t["gloo"]
 
@@ -20,7 +25,7 @@ def main() -> None:
     new, old, rnew, rold = {}, {}, {}, {}
     for r in range(1, 100):
         a, b = HERE / f"coll-ws4-r{r}-new.json", HERE / f"coll-ws4-r{r}-orig.json"
-        if a.exists() and b.exists():
+        if exists(a) and exists(b):
             (sn, gn), (so, go) = times(a), times(b)
             new[r], old[r], rnew[r], rold[r] = sn, so, sn / gn, so / go
     iv, iv2 = paired_ratio(new, old), paired_ratio(rnew, rold)
