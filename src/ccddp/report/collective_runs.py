@@ -9,8 +9,11 @@ table comes from the JSON.
 
 Example::
 
-    rows = summarize(load_results(["benchmarks/collectives/interleaved"]))
+    rows = summarize(load_results(["runs/collectives"])      # folders of bench collectives JSON)
     print("\\n".join(markdown_table(rows)))
+
+The runs kept under ``benchmarks/`` are folded into ``runs.json`` files;
+``scripts/collectives_table.py`` reads those.
 """
 
 from __future__ import annotations

@@ -24,8 +24,11 @@ interval (separate launches) is never shown below 1.
 Example::
 
     from ccddp.runs import load_runs
-    rows = compare_runs(load_runs(["benchmarks/training/rounds"]))
+    rows = compare_runs(load_runs(["runs/training"])      # folders of ccddp train JSON)
     print("\\n".join(markdown_table(rows)))
+
+The runs kept under ``benchmarks/`` are folded into ``runs.json`` files;
+``scripts/training_table.py`` reads those.
 """
 
 from __future__ import annotations
