@@ -9,7 +9,7 @@ table comes from the JSON.
 
 Example::
 
-    rows = summarize(load_results(["runs/collectives"])      # folders of bench collectives JSON)
+    rows = summarize(load_results(["runs/collectives"]))     # folders of bench collectives JSON
     print("\\n".join(markdown_table(rows)))
 
 The runs kept under ``benchmarks/`` are folded into ``runs.json`` files;

@@ -24,7 +24,7 @@ interval (separate launches) is never shown below 1.
 Example::
 
     from ccddp.runs import load_runs
-    rows = compare_runs(load_runs(["runs/training"])      # folders of ccddp train JSON)
+    rows = compare_runs(load_runs(["runs/training"]))     # folders of ccddp train JSON
     print("\\n".join(markdown_table(rows)))
 
 The runs kept under ``benchmarks/`` are folded into ``runs.json`` files;
