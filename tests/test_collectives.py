@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dist_util import run_ranks
+from dist_util import run_ranks as run_process_ranks
+from thread_ranks import run_thread_ranks as run_ranks
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 5e-2)}
@@ -145,7 +146,8 @@ def _capped_rank(rank, n):
 
 
 def test_messages_beyond_one_aead_call_are_cut_into_frames():
-    for res in run_ranks(_capped_rank, 2):
+    # Processes: each rank lowers the module's MAX_FRAME_BYTES for its life.
+    for res in run_process_ranks(_capped_rank, 2):
         for key, (ok, seals, frames) in res.items():
             assert ok, key
             if "tree" not in key:
@@ -204,7 +206,8 @@ def _rounds_rank(rank, n):
 def test_large_collectives_run_in_rounds_of_bounded_memory(world_size):
     n = world_size
     budget = 3 * 1024 * 2 * (n - 1)
-    for res in run_ranks(_rounds_rank, n):
+    # Processes: each rank lowers pipeline.ROUND_BYTES for its life.
+    for res in run_process_ranks(_rounds_rank, n):
         for key, (ok, rounds, seals, arena) in res.items():
             assert ok, key
             assert rounds >= 3, (key, rounds)
@@ -262,7 +265,8 @@ def _tree_rounds_rank(rank, n):
 def test_tree_all_reduce_runs_in_rounds_of_bounded_memory(world_size):
     from ccddp.comm.tree import tree_links
 
-    for rank, res in enumerate(run_ranks(_tree_rounds_rank, world_size)):
+    # Processes: each rank wraps the module's _tree_round to count its own rounds.
+    for rank, res in enumerate(run_process_ranks(_tree_rounds_rank, world_size)):
         parent, children = tree_links(rank, world_size)
         for impl, (ok, rounds, asked, seals) in res.items():
             assert ok, (impl, rank)
