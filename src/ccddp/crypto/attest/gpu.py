@@ -329,6 +329,9 @@ def verify_gpu_chain(chain: list[x509.Certificate], at: _dt.datetime,
         if not (cert.not_valid_before_utc <= at <= cert.not_valid_after_utc):
             raise _fail("gpu.certs.validity", f"{_name(cert)} is valid from {cert.not_valid_before_utc:%Y-%m-%d} to "
                                               f"{cert.not_valid_after_utc:%Y-%m-%d}, not at {at:%Y-%m-%d %H:%M} UTC")
+    if _is_ca(chain[0]):
+        raise _fail("gpu.certs.leaf", f"the chain starts with {_name(chain[0])}, a CA: not the GPU's attestation "
+                                      "(leaf) certificate")
     key = chain[0].public_key()
     if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP384R1):
         raise _fail("gpu.certs.leaf", f"the attestation certificate {_name(chain[0])} does not hold a P-384 key")
