@@ -501,3 +501,24 @@ def _self_made(nonce: bytes, *, leaf_fwid: bytes | None | str = "same", curve=No
 
 def test_gpu_module_exports():
     assert gpu.CC_ON == "on" and gpu.MAX_REPORT_BYTES == 0x2000
+
+
+def test_attest_in_a_cpu_tee_prints_the_gpu_part_and_keeps_exit_0(tmp_path, monkeypatch, capsys):
+    # The CPU part from a genuine saved SNP report (as if the hardware returned it); the
+    # GPU part from the fake NVML: in CC mode, then with CC off (still exit 0: the CPU
+    # part decides the status).
+    snp = Path(__file__).parent / "fixtures" / "attestation"
+    cpu = ("snp", (snp / "virtee_milan_report.bin").read_bytes(), (snp / "virtee_milan_vcek.der").read_bytes(), "test")
+    monkeypatch.setattr(provider_mod.SnpProvider, "read", lambda self, data: cpu)
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml())
+    assert main(["attest", "--report-data", NONCE.hex()]) == 0
+    out = capsys.readouterr().out
+    assert "tee            SEV-SNP" in out and "gpu            NVML, GPU 0 (NVIDIA H100 80GB HBM3): CC mode on" in out
+    assert "gpu vbios      96.00.9f.00.01" in out and "not attested by this version" not in out
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(cc_feature=0))
+    assert main(["attest"]) == 0
+    out = capsys.readouterr().out
+    assert "gpu            none: no GPU evidence:" in out and "mode off" in out
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert main(["attest"]) == 0
+    assert "pynvml is not installed" in capsys.readouterr().out

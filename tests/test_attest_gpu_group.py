@@ -200,3 +200,24 @@ def test_a_policy_with_only_gpu_is_refused_before_anything_starts(tmp_path):
     path = tmp_path / "gpu-only.toml"
     path.write_text(text)
     refused("policy_file.tee", attestation_environment, str(path), None, {})
+
+
+def test_a_gpu_verifier_plug_in_replaces_the_offline_check(chain, gchain):
+    seen = []
+
+    def service(report, pem, cc, nonce, policy):      # e.g. a call to a verifier service the user runs
+        seen.append((parse_gpu_report(report).nonce == nonce, cc, policy.driver_versions))
+        if len(seen) > 1:
+            raise AttestationError("GPU attestation refused, claim 'gpu.service': the service said no",
+                                   claim="gpu.service")
+
+    # The plug-in is asked instead of the offline check: NVIDIA's default pin (which would
+    # refuse the test chain) is not consulted.
+    from ccddp.crypto.attest.gpu import PINNED_NVIDIA_ROOT_SPKI_SHA256
+
+    v = _verifier(chain, gchain, pin=PINNED_NVIDIA_ROOT_SPKI_SHA256, gpu_verifier=service)
+    binding = hashlib.sha256(b"b").digest()
+    blob = v.evidence(None, binding)
+    assert v.verify(1, b"", blob, binding).startswith("snp:")
+    assert seen == [(True, "on", frozenset({"550.90.07"}))]
+    refused("gpu.service", v.verify, 1, b"", blob, binding)

@@ -42,7 +42,8 @@ def register(sub) -> None:
     p = sub.add_parser("attest", help=SUMMARY, description=__doc__.split("\n\n")[1],
                        epilog="see `ccddp attest verify --help` to verify saved evidence")
     p.add_argument("--report-data", default=None, metavar="HEX",
-                   help="up to 64 bytes (hex) to put in REPORT_DATA (default: 64 random bytes)")
+                   help="up to 64 bytes (hex) to put in REPORT_DATA (default: 64 random bytes); the GPU's nonce "
+                        "is its first 32 bytes")
     p.add_argument("--out", default=None, metavar="FILE", help="save the evidence (report and VCEK) to FILE")
     p.add_argument("--gpu-out", default=None, metavar="FILE",
                    help="save the GPU's evidence (report, certificate chain, CC mode) to FILE")
@@ -50,9 +51,11 @@ def register(sub) -> None:
     p.set_defaults(func=run_local)
     verbs = p.add_subparsers(dest="verb", metavar="verify", required=False)
     v = verbs.add_parser("verify", help="verify a saved report or quote against a policy and the vendor's chain",
-                         description="Verify a saved SEV-SNP report or TDX quote offline and print each claim's verdict.")
-    v.add_argument("evidence", metavar="EVIDENCE", help="ccddp evidence (ccddp attest --out / --gpu-out), a "
-                   "1184-byte SEV-SNP report, a TDX v4 quote, or an NVIDIA GPU report (binary or hex, with --gpu-chain)")
+                         description="Verify a saved SEV-SNP report, TDX quote or NVIDIA GPU report offline and "
+                                     "print each claim's verdict.")
+    v.add_argument("evidence", metavar="EVIDENCE",
+                   help="ccddp evidence (ccddp attest --out / --gpu-out), a 1184-byte SEV-SNP report, a TDX v4 "
+                        "quote, or an NVIDIA GPU report (binary or hex, with --gpu-chain)")
     v.add_argument("--gpu-chain", default=None, metavar="PEM",
                    help="GPU: the certificate chain of a bare NVIDIA report (ccddp GPU evidence carries its own)")
     v.add_argument("--nonce", default=None, metavar="HEX",

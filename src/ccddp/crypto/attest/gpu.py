@@ -174,8 +174,9 @@ def parse_gpu_report(data: bytes) -> GpuReport:
     req = data[:REQUEST_BYTES]
     version, code, param1, param2 = req[0], req[1], req[2], req[3]
     if version not in SPDM_VERSIONS or code != GET_MEASUREMENTS:
-        raise _fail("gpu.report.request", f"the request is SPDM version {version:#x}, code {code:#x}; a GET_MEASUREMENTS "
-                                          f"(0xe0) request of SPDM {[hex(v) for v in SPDM_VERSIONS]} is expected")
+        raise _fail("gpu.report.request", f"the request is SPDM version {version:#x}, code {code:#x}; a "
+                                          f"GET_MEASUREMENTS (0xe0) request of SPDM {[hex(v) for v in SPDM_VERSIONS]} "
+                                          "is expected")
     if not param1 & 1:
         raise _fail("gpu.report.request", "the request did not ask for a signature (Param1 bit 0 is clear)")
     resp = data[REQUEST_BYTES:]

@@ -65,6 +65,15 @@ def report_data_for(binding: bytes) -> bytes:
     return bytes(binding).ljust(REPORT_DATA_BYTES, b"\0")
 
 
+class GpuEvidenceVerifier(Protocol):
+    """How a peer's GPU evidence is judged: :func:`ccddp.crypto.attest.gpu.verify_gpu`
+    offline by default; a plug-in may instead ask a verifier service the user names
+    (and must then raise :class:`AttestationError` naming the claim that failed)."""
+
+    def __call__(self, report: bytes, chain: bytes, cc_mode: str, nonce: bytes, policy) -> object:
+        ...
+
+
 class GpuEvidenceProvider(Protocol):
     """Where a rank's GPU evidence comes from (NVML; a test chain in tests):
     ``read(nonce) -> (report, certificate chain PEM, CC mode, source)``."""
@@ -95,14 +104,16 @@ class TeeVerifier:
     test passes its own chain's, never from a file or the environment). ``gpu_provider``:
     this rank's GPU evidence (default: NVML, GPU ``LOCAL_RANK``), read only when the
     policy has ``[gpu]``. ``gpu_root_pin``: NVIDIA's root key (tests only, like
-    ``tdx_root_pin``).
+    ``tdx_root_pin``). ``gpu_verifier``: replaces the offline GPU check (a
+    :class:`GpuEvidenceVerifier`, e.g. one that asks a verifier service you run).
     """
 
     def __init__(self, policy: AttestationPolicy, trust: TrustStore | None = None,
                  provider: EvidenceProvider | None = None, allowlist=None, at: _dt.datetime | None = None,
                  tdx_crls: list[x509.CertificateRevocationList] | None = None,
                  tdx_root_pin: str = PINNED_INTEL_ROOT_SPKI_SHA256, gpu_provider: GpuEvidenceProvider | None = None,
-                 gpu_root_pin: str = PINNED_NVIDIA_ROOT_SPKI_SHA256) -> None:
+                 gpu_root_pin: str = PINNED_NVIDIA_ROOT_SPKI_SHA256,
+                 gpu_verifier: GpuEvidenceVerifier | None = None) -> None:
         if policy.snp is None and policy.tdx is None:
             raise AttestationError("attestation policy refused, claim 'policy_file.tee': the policy has only a [gpu] "
                                    "table; GPU evidence is checked beside a CPU TEE's ([snp] or [tdx]), never alone, "
@@ -119,6 +130,7 @@ class TeeVerifier:
         self.tdx_root_pin = tdx_root_pin
         self.gpu_provider = gpu_provider
         self.gpu_root_pin = gpu_root_pin
+        self.gpu_verifier = gpu_verifier
 
     def evidence(self, identity, binding: bytes) -> bytes:
         kind, blob, vcek, _source = self.provider.read(report_data_for(binding))
@@ -151,8 +163,11 @@ class TeeVerifier:
                     raise AttestationError("GPU attestation refused, claim 'gpu.evidence': the peer sent no GPU "
                                            "evidence and the policy has a [gpu] table", claim="gpu.evidence")
                 report, chain, cc = decode_gpu_evidence(gpu_evidence)
-                verify_gpu(report, chain, self.policy.gpu, expected_nonce=bytes(binding), cc_mode=cc, at=self.at,
-                           root_pin=self.gpu_root_pin)
+                if self.gpu_verifier is not None:
+                    self.gpu_verifier(report, chain, cc, bytes(binding), self.policy.gpu)
+                else:
+                    verify_gpu(report, chain, self.policy.gpu, expected_nonce=bytes(binding), cc_mode=cc,
+                               at=self.at, root_pin=self.gpu_root_pin)
         except AttestationError as e:
             # The same claim, now saying whose evidence it was.
             raise AttestationError(f"rank {rank}: {e}", claim=e.claim) from None
