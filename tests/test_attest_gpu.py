@@ -522,3 +522,23 @@ def test_attest_in_a_cpu_tee_prints_the_gpu_part_and_keeps_exit_0(tmp_path, monk
     monkeypatch.setitem(sys.modules, "pynvml", None)
     assert main(["attest"]) == 0
     assert "pynvml is not installed" in capsys.readouterr().out
+
+
+def test_random_corruption_is_refused_typed_never_a_crash():
+    import random
+
+    rng = random.Random(41)
+    for _ in range(800):
+        b = bytearray(REPORT)
+        for _ in range(rng.randint(1, 4)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        cut = rng.choice([len(b), len(b), rng.randrange(len(b) + 1)])
+        if bytes(b[:cut]) == REPORT:
+            continue                      # the random bytes were the ones already there
+        try:
+            _verify(bytes(b[:cut]))
+        except AttestationError as e:
+            assert e.claim.startswith("gpu."), e.claim
+        else:
+            # Only a change the signature does not cover can pass: none exists here.
+            raise AssertionError("a corrupted report verified")
