@@ -542,3 +542,15 @@ def test_random_corruption_is_refused_typed_never_a_crash():
         else:
             # Only a change the signature does not cover can pass: none exists here.
             raise AssertionError("a corrupted report verified")
+
+
+def test_cli_gpu_options_are_checked(tmp_path, capsys):
+    blob = encode_gpu_evidence(REPORT, CHAIN, "on")
+    for extra, words in ((("--report-data", "00"), "--nonce"), (("--nonce", "zz"), "hex"),
+                         (("--nonce", "00" * 31), "32"),
+                         (("--gpu-chain", str(FIX / "hopperCertChain.txt")), "carries its own chain")):
+        ev, pol = tmp_path / "gpu.ev", tmp_path / "policy.toml"
+        ev.write_bytes(blob)
+        pol.write_text(POLICY)
+        assert main(["attest", "verify", str(ev), "--policy", str(pol), *extra]) == 2
+        assert words in capsys.readouterr().err

@@ -221,3 +221,21 @@ def test_a_gpu_verifier_plug_in_replaces_the_offline_check(chain, gchain):
     assert v.verify(1, b"", blob, binding).startswith("snp:")
     assert seen == [(True, "on", frozenset({"550.90.07"}))]
     refused("gpu.service", v.verify, 1, b"", blob, binding)
+
+
+def test_the_default_gpu_provider_is_nvml_at_local_rank(chain, monkeypatch):
+    from ccddp.crypto.attest.provider import GpuProvider
+    from ccddp.crypto.attest.verifier import _local_gpu_provider
+
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    p = _local_gpu_provider()
+    assert isinstance(p, GpuProvider) and p.index == 3
+    monkeypatch.delenv("LOCAL_RANK")
+    assert _local_gpu_provider().index == 0
+    # A rank whose machine cannot give GPU evidence refuses to make evidence at all.
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", None)
+    v = TeeVerifier(AttestationPolicy.from_toml(POLICY_TEXT), TrustStore([chain.ask, chain.ark], pins=chain.pins),
+                    provider=TestProvider(chain))
+    with pytest.raises(AttestationError) as ei:
+        v.evidence(None, bytes(32))
+    assert ei.value.claim == "provider" and "pynvml" in str(ei.value)

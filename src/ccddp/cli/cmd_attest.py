@@ -239,6 +239,8 @@ def _verify_gpu_file(args: argparse.Namespace, blob: bytes, policy, at, verdicts
     from ccddp.crypto.attest.gpu import verify_gpu
     from ccddp.errors import AttestationError, ConfigError
 
+    if args.report_data is not None:
+        raise ConfigError("--report-data is for SEV-SNP/TDX evidence: give a GPU report's nonce with --nonce")
     if looks_like_gpu_evidence(blob):
         if args.gpu_chain:
             raise ConfigError("--gpu-chain is for a bare report: this ccddp GPU evidence carries its own chain")
