@@ -289,6 +289,13 @@ def _is_ca(cert: x509.Certificate) -> bool:
         return False
 
 
+def _key_usage(cert: x509.Certificate) -> x509.KeyUsage | None:
+    try:
+        return cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return None
+
+
 def _signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
     try:
         cert.verify_directly_issued_by(issuer)     # issuer name, then the signature
@@ -321,8 +328,10 @@ def verify_gpu_chain(chain: list[x509.Certificate], at: _dt.datetime,
         raise _fail("gpu.certs.chain", "the chain is the root alone: the GPU's attestation certificate is missing")
     for i in range(len(chain) - 1):
         cert, issuer = chain[i], chain[i + 1]
-        if not _is_ca(issuer):
-            raise _fail("gpu.certs.chain", f"{_name(issuer)} signs {_name(cert)} but is not a CA (BasicConstraints)")
+        ku = _key_usage(issuer)
+        if not _is_ca(issuer) or (ku is not None and not ku.key_cert_sign):
+            raise _fail("gpu.certs.chain", f"{_name(issuer)} signs {_name(cert)} but is not a CA (BasicConstraints, "
+                                           "KeyUsage keyCertSign)")
         if not _signed_by(cert, issuer):
             raise _fail("gpu.certs.chain", f"{_name(cert)} is not signed by the next certificate, {_name(issuer)} "
                                            "(a certificate swapped, missing or out of order)")
@@ -330,6 +339,9 @@ def verify_gpu_chain(chain: list[x509.Certificate], at: _dt.datetime,
         if not (cert.not_valid_before_utc <= at <= cert.not_valid_after_utc):
             raise _fail("gpu.certs.validity", f"{_name(cert)} is valid from {cert.not_valid_before_utc:%Y-%m-%d} to "
                                               f"{cert.not_valid_after_utc:%Y-%m-%d}, not at {at:%Y-%m-%d %H:%M} UTC")
+    leaf_ku = _key_usage(chain[0])
+    if leaf_ku is not None and not leaf_ku.digital_signature:
+        raise _fail("gpu.certs.leaf", f"the attestation certificate {_name(chain[0])} may not sign (KeyUsage)")
     if _is_ca(chain[0]):
         raise _fail("gpu.certs.leaf", f"the chain starts with {_name(chain[0])}, a CA: not the GPU's attestation "
                                       "(leaf) certificate")
