@@ -36,7 +36,8 @@ really share a domain is still proven by the ranks themselves
 ``--attestation-certs DIR`` turn on hardware attestation: the policy is parsed and the
 certificates read here (:mod:`ccddp.crypto.attest.options`), then the ranks get
 ``CCDDP_ATTESTATION_POLICY`` / ``CCDDP_ATTESTATION_CERTS`` and agree on their keys by
-attested establishment (no group secret is made or handed over).
+attested establishment (no group secret is made or handed over). A policy given only by
+the environment (``CCDDP_ATTESTATION_POLICY`` set, no option) is checked the same way.
 
 Example::
 
@@ -313,8 +314,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"usage: {USAGE}")
     # The attestation files first: a wrong policy is one line before torch is imported.
     from ccddp.crypto.attest.options import attestation_environment
+    from ccddp.crypto.establish import ENV_ATTESTATION_POLICY
 
-    attestation = attestation_environment(own.attestation_policy, own.attestation_certs)
+    policy = own.attestation_policy
+    if policy is None and os.environ.get(ENV_ATTESTATION_POLICY, "").strip():
+        # The policy given by the environment only (the ranks read it there): checked the
+        # same way, here, rather than by every rank after torch loaded.
+        policy = os.environ[ENV_ATTESTATION_POLICY]
+    attestation = attestation_environment(policy, own.attestation_certs)
     final = torchrun_argv(argv)
     check_script(final)
     cmd = [sys.executable, "-m", "torch.distributed.run", *final]

@@ -9,6 +9,12 @@ Wire formats (all lengths checked before anything is parsed; nothing is unpickle
 
 A bare 1184-byte report (what ``/dev/sev-guest`` and ``snpguest`` save) is accepted too,
 with no VCEK: then the VCEK must be among the staged certificates.
+
+Where the policy has a ``[gpu]`` table, a rank sends its CPU evidence (either form above)
+with its GPU's (:func:`ccddp.crypto.attest.gpu.encode_gpu_evidence`)::
+
+    b"CCDDPCMB" | version u8 (1) | CPU evidence length u32 BE | CPU evidence
+                | GPU evidence length u32 BE | GPU evidence
 """
 
 from __future__ import annotations
@@ -82,3 +88,38 @@ def decode_any(blob: bytes) -> tuple[str, bytes, bytes | None]:
     if qlen > MAX_QUOTE_BYTES or len(blob) != head + qlen:
         raise _fail(f"quote length {qlen} does not match the evidence's size {len(blob)}")
     return "tdx", blob[head:], None
+
+
+MAGIC_COMBINED = b"CCDDPCMB"
+
+
+def encode_combined(cpu: bytes, gpu: bytes) -> bytes:
+    """A rank's CPU evidence with its GPU's (see the module)."""
+    from ccddp.crypto.attest.gpu import MAX_GPU_EVIDENCE_BYTES
+
+    if len(cpu) > max(MAX_EVIDENCE_BYTES, len(MAGIC_TDX) + 5 + MAX_QUOTE_BYTES) or len(gpu) > MAX_GPU_EVIDENCE_BYTES:
+        raise _fail(f"cannot combine {len(cpu)} bytes of CPU evidence with {len(gpu)} of GPU evidence")
+    return MAGIC_COMBINED + bytes([VERSION]) + struct.pack(">I", len(cpu)) + cpu + struct.pack(">I", len(gpu)) + gpu
+
+
+def split_combined(blob: bytes) -> tuple[bytes, bytes | None]:
+    """``(CPU evidence, GPU evidence or None)``: evidence without a GPU part is returned
+    whole. Lengths are checked against the blob before anything is sliced."""
+    from ccddp.crypto.attest.gpu import MAX_GPU_EVIDENCE_BYTES
+
+    blob = bytes(blob)
+    if not blob.startswith(MAGIC_COMBINED):
+        return blob, None
+    head = len(MAGIC_COMBINED) + 1 + 4
+    cpu_max = max(MAX_EVIDENCE_BYTES, len(MAGIC_TDX) + 5 + MAX_QUOTE_BYTES)
+    if len(blob) > head + cpu_max + 4 + MAX_GPU_EVIDENCE_BYTES:
+        raise _fail(f"combined evidence is {len(blob)} bytes: more than a CPU's and a GPU's together")
+    if len(blob) < head or blob[len(MAGIC_COMBINED)] != VERSION:
+        raise _fail("truncated header or unknown combined-evidence version")
+    (clen,) = struct.unpack_from(">I", blob, len(MAGIC_COMBINED) + 1)
+    if clen > cpu_max or len(blob) < head + clen + 4:
+        raise _fail(f"CPU evidence length {clen} runs past the combined evidence's {len(blob)} bytes")
+    (glen,) = struct.unpack_from(">I", blob, head + clen)
+    if glen > MAX_GPU_EVIDENCE_BYTES or len(blob) != head + clen + 4 + glen:
+        raise _fail(f"GPU evidence length {glen} does not match the combined evidence's size {len(blob)}")
+    return blob[head:head + clen], blob[head + clen + 4:]

@@ -47,6 +47,14 @@ def attestation_environment(policy: str | None, certs: str | None,
     from ccddp.crypto.attest.policy import AttestationPolicy
 
     parsed = AttestationPolicy.from_file(policy)        # typed, names the field that is wrong
+    if parsed.snp is None and parsed.tdx is None:
+        from ccddp.errors import AttestationError
+
+        # What every rank's TeeVerifier would refuse, said once here.
+        raise AttestationError(f"attestation policy refused, claim 'policy_file.tee': {policy} has only a [gpu] "
+                               "table: GPU evidence is checked beside a CPU TEE's ([snp] or [tdx]), never alone, "
+                               "so no rank would be accepted",
+                               claim="policy_file.tee")
     certs = certs if certs is not None else (environ.get(ENV_ATTESTATION_CERTS) or None)
     out = {ENV_ATTESTATION_POLICY: str(Path(policy).resolve())}
     if certs is None:

@@ -15,6 +15,10 @@ choice)::
     min_tcb = { bootloader = 2, tee = 0, snp = 5, microcode = 68 }
     host_data = []                   # accepted HOST_DATA values (hex); empty: any
 
+    [gpu]                            # NVIDIA GPU evidence (see GpuPolicy)
+    driver_versions = ["550.90.07"]
+    vbios_versions = ["96.00.9f.00.01"]
+
 A field this file does not know is refused (a misspelt ``allow_debgu = false`` must not
 silently leave the default in force), and so is a value of the wrong type.
 """
@@ -31,7 +35,7 @@ from ccddp.errors import AttestationError
 
 POLICY_FORMAT = "ccddp-attestation-policy/1"
 _MAX_POLICY_BYTES = 1 << 20
-_TOP = {"format", "snp", "tdx"}
+_TOP = {"format", "snp", "tdx", "gpu"}
 _SNP = {"measurements", "allow_debug", "allow_migration_agent", "max_vmpl", "min_guest_svn", "min_tcb",
         "host_data"}
 _TCB = ("bootloader", "tee", "snp", "microcode")
@@ -208,14 +212,113 @@ class TdxPolicy:
             out.append((f"rtmr{i}", "accepted" if accepted is not None else "any (the policy lists none)"))
         return out
 
+_GPU = {"driver_versions", "vbios_versions", "allow_devtools", "measurements"}
+
+
+def _strings(field: str, value: object) -> frozenset[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        raise _bad(field, "must be a non-empty list of version strings")
+    return frozenset(v.strip().lower() for v in value)
+
+
+@dataclass(frozen=True)
+class GpuPolicy:
+    """What an NVIDIA GPU's evidence must show (checked after its signature, chain and
+    nonce, see :func:`ccddp.crypto.attest.gpu.verify_gpu`)::
+
+        [gpu]
+        driver_versions = ["550.90.07"]      # required: the driver versions you accept
+        vbios_versions = ["96.00.9f.00.01"]  # required: the VBIOS versions (nvidia-smi's form)
+        allow_devtools = false               # CC on in developer-tools mode (debuggable)
+        # optional golden values, by SPDM measurement block index (1-based, as the report
+        # numbers them; NVIDIA's RIM files count from 0: RIM index i is block i + 1).
+        # Each block listed must equal one of its values; blocks not listed are not compared.
+        measurements = { "2" = ["8048dfd1...<96 hex>"], "3" = ["164f445c..."] }
+
+    The CC mode must be on (``allow_devtools`` also accepts devtools mode). It is the
+    driver's word (NVML on the machine that made the evidence), not part of the signed
+    report: it is as trustworthy as that machine, which its CPU evidence attests.
+    """
+
+    driver_versions: frozenset[str]
+    vbios_versions: frozenset[str]
+    allow_devtools: bool = False
+    measurements: tuple[tuple[int, frozenset[bytes]], ...] = ()
+
+    @classmethod
+    def from_mapping(cls, doc: dict) -> "GpuPolicy":
+        unknown = sorted(set(doc) - _GPU)
+        if unknown:
+            raise _bad(f"gpu.{unknown[0]}", f"is unknown (known: {sorted(_GPU)})")
+        for req in ("driver_versions", "vbios_versions"):
+            if req not in doc:
+                raise _bad(f"gpu.{req}", "is required: the versions you accept")
+        meas_doc = doc.get("measurements", {})
+        if not isinstance(meas_doc, dict):
+            raise _bad("gpu.measurements", "must be a table of block index = [hex values]")
+        meas = []
+        for key, values in sorted(meas_doc.items(), key=lambda kv: str(kv[0])):
+            if not (isinstance(key, str) and key.isdigit() and 1 <= int(key) <= 255):
+                raise _bad(f"gpu.measurements.{key}", "is not a block index 1..255")
+            if not isinstance(values, list) or not values:
+                raise _bad(f"gpu.measurements.{key}", "must be a non-empty list of hex strings")
+            first = values[0] if isinstance(values[0], str) else ""
+            nbytes = len(first) // 2
+            if not 1 <= nbytes <= 64:
+                raise _bad(f"gpu.measurements.{key}", "must list hex strings of one length (1..64 bytes)")
+            meas.append((int(key), _hexes(f"gpu.measurements.{key}", values, nbytes)))
+        return cls(driver_versions=_strings("gpu.driver_versions", doc["driver_versions"]),
+                   vbios_versions=_strings("gpu.vbios_versions", doc["vbios_versions"]),
+                   allow_devtools=_flag("gpu.allow_devtools", doc.get("allow_devtools", False)),
+                   measurements=tuple(sorted(meas)))
+
+    def check(self, r, cc_mode: str) -> list[tuple[str, str]]:
+        """The policy's claims on a report whose signature verified (a
+        :class:`ccddp.crypto.attest.gpu.GpuReport`) and the provider's CC mode."""
+        def fail(claim: str, message: str) -> AttestationError:
+            return AttestationError(f"GPU attestation refused, claim {claim!r}: {message}", claim=claim)
+
+        out = []
+        if cc_mode == "on" or (cc_mode == "devtools" and self.allow_devtools):
+            out.append(("gpu.cc_mode", cc_mode + (" (allowed by the policy)" if cc_mode == "devtools" else "")))
+        elif cc_mode == "devtools":
+            raise fail("gpu.cc_mode", "the GPU's CC mode is on in developer-tools mode (debuggable), and the policy "
+                                      "forbids it (allow_devtools = false)")
+        else:
+            raise fail("gpu.cc_mode", f"the GPU's CC mode is {cc_mode}" + (
+                " (the evidence does not say: a bare report)" if cc_mode == "unknown" else "")
+                + "; the policy needs it on")
+        drv = r.driver_version
+        if drv is None or drv.lower() not in self.driver_versions:
+            raise fail("gpu.driver_version", f"driver version {drv!r} is not one the policy accepts "
+                                             f"({sorted(self.driver_versions)})")
+        out.append(("gpu.driver_version", drv))
+        vb = r.vbios_version
+        if vb is None or vb.lower() not in self.vbios_versions:
+            raise fail("gpu.vbios_version", f"VBIOS version {vb!r} is not one the policy accepts "
+                                            f"({sorted(self.vbios_versions)})")
+        out.append(("gpu.vbios_version", vb))
+        for index, accepted in self.measurements:
+            have = r.measurements.get(index)
+            if have is None:
+                raise fail("gpu.measurement", f"the report has no measurement block {index}, which the policy lists")
+            if have not in accepted:
+                raise fail("gpu.measurement", f"measurement block {index} is {have.hex()}, not a value the policy "
+                                              "accepts")
+        out.append(("gpu.measurement", f"{len(self.measurements)} blocks equal the policy's golden values"
+                    if self.measurements else "not compared (the policy lists no golden values)"))
+        return out
+
 
 @dataclass(frozen=True)
 class AttestationPolicy:
-    """A parsed policy file: ``snp`` and ``tdx``, each None when the file has no such
-    table (then no evidence of that kind is accepted); at least one is present."""
+    """A parsed policy file: ``snp``, ``tdx`` and ``gpu``, each None when the file has no
+    such table (then no evidence of that kind is accepted); at least one is present.
+    With ``gpu``, every rank must also present its GPU's evidence."""
 
     snp: SnpPolicy | None
     tdx: TdxPolicy | None = None
+    gpu: GpuPolicy | None = None
 
     @classmethod
     def from_toml(cls, text: str) -> "AttestationPolicy":
@@ -228,14 +331,15 @@ class AttestationPolicy:
             raise _bad(unknown[0], f"is unknown (known: {sorted(_TOP)})")
         if doc.get("format") != POLICY_FORMAT:
             raise _bad("format", f"must be {POLICY_FORMAT!r}, got {doc.get('format')!r}")
-        snp, tdx = doc.get("snp"), doc.get("tdx")
-        for name, table in (("snp", snp), ("tdx", tdx)):
+        snp, tdx, gpu = doc.get("snp"), doc.get("tdx"), doc.get("gpu")
+        for name, table in (("snp", snp), ("tdx", tdx), ("gpu", gpu)):
             if table is not None and not isinstance(table, dict):
                 raise _bad(name, "must be a table")
-        if snp is None and tdx is None:
+        if snp is None and tdx is None and gpu is None:
             raise _bad("tee", "is missing: neither [snp] nor [tdx] is given, so the policy accepts no evidence")
         return cls(snp=SnpPolicy.from_mapping(snp) if snp is not None else None,
-                   tdx=TdxPolicy.from_mapping(tdx) if tdx is not None else None)
+                   tdx=TdxPolicy.from_mapping(tdx) if tdx is not None else None,
+                   gpu=GpuPolicy.from_mapping(gpu) if gpu is not None else None)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "AttestationPolicy":

@@ -178,3 +178,114 @@ class SnpProvider:
             raise AttestationError(f"{self.sev_guest}: firmware status {status:#x}, report size {size}",
                                    claim="provider")
         return resp.raw[32:32 + REPORT_BYTES]
+
+
+# -- NVIDIA GPUs -----------------------------------------------------------------------
+
+#: Where the NVIDIA kernel driver lists its GPUs (one directory per GPU); read to tell
+#: "no NVIDIA GPU here" from "a GPU, but no way to ask it" without loading NVML.
+NVIDIA_PROC = "/proc/driver/nvidia/gpus"
+
+
+class GpuProvider:
+    """This machine's NVIDIA GPU evidence through NVML, from Python via ``pynvml`` (the
+    ``nvidia-ml-py`` package: ``pip install 'ccddp[gpu-attest]'``).
+
+    :meth:`state` says the GPU and its CC mode (``nvmlSystemGetConfComputeState``);
+    :meth:`read` returns the GPU's SPDM attestation report for a 32-byte nonce and its
+    certificate chain, only where CC mode is on (or devtools). Where pynvml, the driver,
+    a GPU or CC mode is missing, :class:`NoEvidenceError` says which in one line; nothing
+    is ever made up. ``nvml``: a module to use instead of ``pynvml`` (tests).
+    """
+
+    def __init__(self, index: int = 0, nvml=None) -> None:
+        self.index = index
+        self._module = nvml
+
+    def _nvml(self):
+        if self._module is not None:
+            return self._module
+        try:
+            import pynvml
+        except ImportError:
+            raise NoEvidenceError("no GPU evidence: pynvml is not installed (the nvidia-ml-py package; "
+                                  "pip install 'ccddp[gpu-attest]')") from None
+        return pynvml
+
+    @staticmethod
+    def driver_present() -> bool:
+        """Whether the NVIDIA kernel driver lists a GPU (no NVML needed)."""
+        try:
+            return any(Path(NVIDIA_PROC).iterdir())
+        except OSError:
+            return False
+
+    def _call(self, nvml, what: str, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - pynvml raises NVMLError subclasses; any failure is "no evidence"
+            raise NoEvidenceError(f"no GPU evidence: NVML {what} failed: {e}") from None
+
+    def state(self) -> tuple[str, str]:
+        """``(CC mode "on" | "off" | "devtools", GPU description)``; NoEvidenceError if
+        NVML cannot say."""
+        nvml = self._nvml()
+        self._call(nvml, "nvmlInit (no NVIDIA driver loaded?)", nvml.nvmlInit)
+        try:
+            return self._state(nvml)
+        finally:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _state(self, nvml) -> tuple[str, str]:
+        count = self._call(nvml, "nvmlDeviceGetCount", nvml.nvmlDeviceGetCount)
+        if count <= self.index:
+            raise NoEvidenceError(f"no GPU evidence: NVML sees {count} GPUs, GPU {self.index} was asked for")
+        handle = self._call(nvml, "nvmlDeviceGetHandleByIndex", nvml.nvmlDeviceGetHandleByIndex, self.index)
+        name = self._call(nvml, "nvmlDeviceGetName", nvml.nvmlDeviceGetName, handle)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        what = f"GPU {self.index} ({name})"
+        st = self._call(nvml, f"nvmlSystemGetConfComputeState for {what} (a GPU or driver without confidential "
+                              "computing)", nvml.nvmlSystemGetConfComputeState)
+        if int(getattr(st, "ccFeature", 0)) != 1:
+            return "off", what
+        return ("devtools" if int(getattr(st, "devToolsMode", 0)) == 1 else "on"), what
+
+    def read(self, nonce: bytes) -> tuple[bytes, bytes, str, str]:
+        """``(report, certificate chain (PEM), CC mode, source)`` for a 32-byte nonce;
+        :class:`NoEvidenceError` where there is none (CC mode off included)."""
+        from ccddp.crypto.attest.gpu import MAX_CHAIN_BYTES, MAX_REPORT_BYTES, NONCE_BYTES, parse_gpu_report
+
+        if len(nonce) != NONCE_BYTES:
+            raise AttestationError(f"a GPU nonce is {NONCE_BYTES} bytes, not {len(nonce)}", claim="gpu.nonce")
+        nvml = self._nvml()
+        self._call(nvml, "nvmlInit (no NVIDIA driver loaded?)", nvml.nvmlInit)
+        try:
+            cc, what = self._state(nvml)
+            if cc == "off":
+                raise NoEvidenceError(f"no GPU evidence: {what} has confidential computing (CC) mode off "
+                                      "(nvidia-smi conf-compute -f says OFF); it attests only in CC mode")
+            handle = nvml.nvmlDeviceGetHandleByIndex(self.index)
+            rep = self._call(nvml, "nvmlDeviceGetConfComputeGpuAttestationReport",
+                             nvml.nvmlDeviceGetConfComputeGpuAttestationReport, handle, nonce)
+            size = int(rep.attestationReportSize)
+            if not 0 < size <= MAX_REPORT_BYTES:
+                raise AttestationError(f"NVML returned an attestation report of {size} bytes", claim="provider")
+            report = bytes(rep.attestationReport[:size])
+            cert = self._call(nvml, "nvmlDeviceGetConfComputeGpuCertificate",
+                              nvml.nvmlDeviceGetConfComputeGpuCertificate, handle)
+            csize = int(cert.attestationCertChainSize)
+            if not 0 < csize <= MAX_CHAIN_BYTES:
+                raise AttestationError(f"NVML returned a certificate chain of {csize} bytes", claim="provider")
+            chain = bytes(cert.attestationCertChain[:csize])
+        finally:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+        # What came back must be a report for *this* nonce (caught here, not as a peer's refusal).
+        if parse_gpu_report(report).nonce != bytes(nonce):
+            raise AttestationError(f"NVML returned a report for {what} that is not for this nonce", claim="provider")
+        return report, chain, cc, f"NVML, {what}"
