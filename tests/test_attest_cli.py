@@ -22,6 +22,7 @@ FIX = Path(__file__).parent / "fixtures" / "attestation"
 def test_attest_says_in_one_line_that_this_machine_is_not_a_tee(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(provider, "TSM_ROOT", str(tmp_path / "tsm" / "report"))
     monkeypatch.setattr(provider, "SEV_GUEST", str(tmp_path / "sev-guest"))
+    monkeypatch.setattr(provider, "NVIDIA_PROC", str(tmp_path / "no-nvidia-driver"))  # no GPU line either
     assert main(["attest"]) == 1
     out, err = capsys.readouterr()
     assert out == ""
