@@ -20,7 +20,7 @@ from ccddp.crypto.attest.provider import NoEvidenceError
 from ccddp.crypto.attest.snp import POLICY_DEBUG, parse_report
 from ccddp.crypto.establish import Allowlist, EstablishmentError, Identity, KeyEstablishment, parse_message
 from ccddp.errors import AttestationError, ConfigError
-from dist_util import run_ranks
+from thread_ranks import run_thread_ranks as run_ranks
 from test_establish import establish
 
 POLICY_TEXT = f'''format = "ccddp-attestation-policy/1"
@@ -315,8 +315,11 @@ def _ddp_rank(rank, n, exported, policy_text):
 
     def train(options):
         pg = dist.new_group(backend="ccddp", timeout=timedelta(seconds=30), pg_options=options)
-        torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+        init = torch.Generator().manual_seed(0)        # the rank's own generator: ranks may be threads
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn(p.shape, generator=init) * 0.1)
         ddp = DDP(model, process_group=pg)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         g = torch.Generator().manual_seed(100 + rank)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dist_util import RankFailure, run_ranks
+from dist_util import RankFailure
+from thread_ranks import run_thread_ranks as run_ranks
 
 SECRET = "6f1d8a27c3e94b05d2a7f68e1c93b4d70e5a2f8c61b9d3e47a0c5f2e8d16b93a"
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+# Processes: the benchmark's ranks as the CLI starts them.
 from dist_util import run_ranks
 
 

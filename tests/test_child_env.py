@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+# Processes: what a child process inherits is the subject.
 from dist_util import child_env, run_ranks
 from wire_util import json_rows, torchrun
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+# Processes: the ranks seed torch per rank and one case traps torch.distributed's functions.
 from dist_util import RankFailure, run_ranks
 
 SECRET = bytes.fromhex("3b2b4a9a7edf58cac79c6fe8280fdbd6bf1437c45f5d97ac8d6c805a33021265")

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from ccddp.backend.local_links import LocalEndpoint, LocalLinkSet, socket_name
 from ccddp.comm.domains import DomainMap, candidates, from_proofs
 from ccddp.errors import ConfigError, PeerTimeoutError
+# Processes: a rank that cannot prove its domain needs a process (a kernel view) of its own.
 from dist_util import RankFailure, child_env, run_ranks
 
 SECRET = "4c7e19b2d8a05f36e1c94b7a2d6f803e5b1c9a7d2e4f6083b5a7c9e1d3f50b28"

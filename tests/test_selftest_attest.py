@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ccddp.bench.selftest_options import ATTACKS, ATTESTATION_ATTACKS, COLLECTIVES, cases, check_lists
-from dist_util import run_ranks
+from thread_ranks import run_thread_ranks as run_ranks
 
 
 def test_attestation_rows_are_cases_of_their_own():

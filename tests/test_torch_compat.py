@@ -27,6 +27,7 @@ import torch
 
 from ccddp.backend import torch_private
 from ccddp.errors import ConfigError
+# Processes: ranks seed torch per rank and compare whole gloo default groups and timeouts.
 from dist_util import RankFailure, run_ranks
 
 SECRET = "3b9e0c51d7a24f86e1c05b3a9d72f4e816c0a5d93e7b2f41c68d05a7e9b3c12f"

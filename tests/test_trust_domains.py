@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dist_util import RankFailure, child_env, run_ranks
+from dist_util import RankFailure, child_env
+from thread_ranks import run_thread_ranks as run_ranks
 
 SECRET = "4c7e19b2d8a05f36e1c94b7a2d6f803e5b1c9a7d2e4f6083b5a7c9e1d3f50b28"
 

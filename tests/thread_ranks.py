@@ -6,9 +6,12 @@ process per rank, so a case costs milliseconds of setup instead of seconds of im
 
 What a thread cannot give, and the tests that need it stay on processes (``run_ranks``):
 an environment of its own (``os.environ`` is the process's: per-rank ``RANK``,
-``GROUP_RANK``, secrets or settings that differ by rank), a death of its own (a rank that
-crashes, is killed or exits), its own ``/proc``, signals, network namespace or CUDA
-context, a launcher (torchrun, ``ccddp launch``). Everything else -- collectives, DDP,
+``GROUP_RANK``, secrets or settings that differ by rank), torch's default random generator
+(``torch.manual_seed`` per rank: use a ``torch.Generator`` of the rank's own), module
+globals a rank patches for itself (a wrapped function, a lowered constant: they would
+outlive the test too), a death of its own (a rank that crashes, is killed or exits), its
+own ``/proc``, signals, network namespace, kernel or CUDA context (local-link proofs see
+one machine), a launcher (torchrun, ``ccddp launch``). Everything else -- collectives, DDP,
 attacks on the wire made by a rank's own code, timeouts -- runs the same on threads.
 
 A failing rank does not end the others: they stop at the group's timeout
