@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-# Processes: the benchmark's ranks as the CLI starts them.
+# Processes: a rank wraps the benchmark module's all_reduce for itself (a module global).
 from dist_util import run_ranks
 
 

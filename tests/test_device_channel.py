@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-# Processes: each rank chooses Triton's interpreter before importing it.
+# Processes: each rank replays its session's randomness from a seed (process-wide `random`).
 from dist_util import run_ranks
 from ccddp.crypto import TAG_BYTES, LinkChannel
 from ccddp.crypto.device import PadEvent, interpreting, pad_bytes
