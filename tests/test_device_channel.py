@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-# Processes: each rank replays its session's randomness from a seed (process-wide `random`).
+# Processes: each rank replaces os.urandom (process-wide) to replay its session's randomness.
 from dist_util import run_ranks
 from ccddp.crypto import TAG_BYTES, LinkChannel
 from ccddp.crypto.device import PadEvent, interpreting, pad_bytes
