@@ -4,7 +4,8 @@
 - ``multiprocess``: a test that starts processes -- it, a fixture it uses, or a function of
   its module it calls (transitively) uses ``run_ranks``/``spawn`` (the rank helpers),
   ``subprocess``, ``multiprocessing``, ``torchrun``, or runs a ``ccddp`` command that
-  launches ranks through the in-process CLI (``main(["train", ...])``);
+  launches ranks through the in-process CLI (``main(["train", ...])``); ranks as threads
+  (``tests/thread_ranks.py``, imported as ``run_ranks``) count here too: they take seconds;
 - ``unit``: everything else (one process, seconds).
 
 A test may carry one of these marks itself; then it is left as it is. ``multiprocess``
