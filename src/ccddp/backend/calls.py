@@ -109,11 +109,9 @@ class Call:
 
     __slots__ = ("outs", "ins", "reduction", "root", "sizes", "bounds", "bufs", "backs", "srcs")
 
-    def __init__(self, outs=(), ins=(), *, reduction: Reduction | None = None, root: int = 0, sizes=None,
+    def __init__(self, outs=(), ins=(), reduction: Reduction | None = None, root: int = 0, sizes=None,
                  bounds: list[tuple[int, int]] | None = None) -> None:
-        self.outs, self.ins, self.reduction, self.root = outs, ins, reduction, root
-        self.sizes, self.bounds = sizes, bounds
-        self.bufs = self.backs = self.srcs = ()
+        self.outs, self.ins, self.reduction, self.root, self.sizes, self.bounds = outs, ins, reduction, root, sizes, bounds
 
     def __repr__(self) -> str:
         return f"Call({len(self.outs)} out, {len(self.ins)} in, {self.reduction}, root {self.root})"
@@ -126,7 +124,7 @@ def _nothing() -> None:
 def _through_host(pg, t: torch.Tensor, on_device: bool) -> bool:
     """Whether ``t``'s op runs on a host copy: a CUDA tensor whose op is staged, by the
     placement or because the op runs on host memory only (``on_device`` False)."""
-    return t.device.type == "cuda" and (not on_device or pg.placement(t.device) is Placement.STAGED)
+    return t.is_cuda and (not on_device or pg.placement(t.device) is Placement.STAGED)
 
 
 def working(pg, t: torch.Tensor, on_device: bool = True) -> tuple[torch.Tensor, Callable[[], None]]:
@@ -148,9 +146,13 @@ def source(pg, t: torch.Tensor, on_device: bool = True) -> torch.Tensor:
 
 def stage(pg, call: Call, on_device: bool = True) -> None:
     """The call's buffers: CUDA tensors stay on the device unless their placement is staged."""
-    staged = [working(pg, t, on_device) for t in call.outs]
-    call.bufs, call.backs = [b for b, _ in staged], [back for _, back in staged]
-    call.srcs = [source(pg, t, on_device) for t in call.ins]
+    bufs, backs = [], []
+    for t in call.outs:
+        buf, back = working(pg, t, on_device)
+        bufs.append(buf)
+        backs.append(back)
+    call.bufs, call.backs = bufs, backs
+    call.srcs = [source(pg, t, on_device) for t in call.ins] if call.ins else []
 
 
 def stage_on_host(pg, call: Call) -> None:
@@ -181,7 +183,7 @@ def flatten(tensors) -> list[torch.Tensor]:
 
 def device_of(tensors) -> torch.device | None:
     """The CUDA device an op's tensors are on (None: host memory only)."""
-    devices = {t.device for t in tensors if t.device.type == "cuda"}
+    devices = {t.device for t in tensors if t.is_cuda}  # (is_cuda: a fraction of .device's cost)
     if len(devices) > 1:
         raise ConfigError(f"the ccddp backend takes the tensors of one op on one device, got {sorted(map(str, devices))}")
     return devices.pop() if devices else None

@@ -82,9 +82,10 @@ class Op:
 
     def run(self, pg, calls: list[Call]) -> None:
         """The queued job: each call's engine entry point, then its write-back."""
+        engine, write_back = self.engine, self.write_back
         for call in calls:
-            self.engine(pg, call)
-            self.write_back(pg, call)
+            engine(pg, call)
+            write_back(pg, call)
 
 
 def method(op: Op):
@@ -197,7 +198,7 @@ def _barrier(pg, c: Call) -> None:
 # -- checks per op (the caller's thread; torch's signatures) -----------------------------------
 def _check_all_reduce(pg, tensors, opts=None):
     t = one(tensors, "all_reduce")
-    return tensors, (), [Call([t], reduction=reduction(opts, t.dtype, "all_reduce"))]
+    return tensors, (), [Call([t], (), reduction(opts, t.dtype, "all_reduce"))]
 
 
 def _check_all_reduce_coalesced(pg, tensors, opts=None):

@@ -162,7 +162,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         device = device_of(flatten(result) + flatten(inputs))
         devices = None
         if device is not None:
-            # After the op's staging copies were queued (the op methods make them first).
+            # After the op's staging copies were queued (_run makes them first).
             job = self._order.after_caller(self._choosing_wire(job, device), device)
             devices = [device]
         return CollectiveWork(self.queue, self.queue.submit(job, result, op, devices=devices), op)
