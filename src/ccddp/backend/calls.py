@@ -111,7 +111,8 @@ class Call:
 
     def __init__(self, outs=(), ins=(), reduction: Reduction | None = None, root: int = 0, sizes=None,
                  bounds: list[tuple[int, int]] | None = None) -> None:
-        self.outs, self.ins, self.reduction, self.root, self.sizes, self.bounds = outs, ins, reduction, root, sizes, bounds
+        self.outs, self.ins, self.reduction, self.root = outs, ins, reduction, root
+        self.sizes, self.bounds = sizes, bounds  # (bufs, backs, srcs: set by stage)
 
     def __repr__(self) -> str:
         return f"Call({len(self.outs)} out, {len(self.ins)} in, {self.reduction}, root {self.root})"
