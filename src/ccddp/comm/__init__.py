@@ -3,8 +3,9 @@
 How a ``dist.all_reduce(t)`` on a ccddp group reaches the wire and comes back, each step
 one module, none reaching back up:
 
-1. ``backend.process_group.ProcessGroupCCDDP.allreduce`` checks the op once (dtype,
-   reduction, device, layout; a contiguous copy if needed) and queues a job on the group's
+1. ``backend.process_group.ProcessGroupCCDDP.allreduce``, the record ``ALL_REDUCE`` of the
+   backend's op table (``backend.ops``), checks the op once (dtype, reduction, device,
+   layout; a contiguous copy if needed: ``backend.calls``) and queues a job on the group's
    ``backend.queue.OpQueue``; the caller gets a work whose future the queue completes. The
    queue runs one op at a time and counts what each sealed and opened under its c10d name
    (``ProcessGroupCCDDP.crypto_counters(op)``).
@@ -13,7 +14,10 @@ one module, none reaching back up:
    descriptor to its neighbours (``collectives._Descriptors``: ranks that call different
    collectives fail with what differs) and picks the schedule: ``plan.ring_plan`` (steps as
    data), run by ``pipeline`` (segments sealed on crypto threads while earlier ones are
-   in flight), ``naive`` (the paper's whole-chunk schedule) or ``tree``.
+   in flight), or, measurement-only, ``naive`` (``secure-naive``: the paper's whole-chunk
+   schedule) or ``tree`` -- reached only where a benchmark's settings name them
+   (``Options(settings=...)``; a group made from ``CCDDP_SETTINGS`` refuses them:
+   ``backend.ops.refuse_measurement_only``).
 3. Each schedule cuts its steps into typed frames (``frames.FrameSpec``: step, segment,
    peer, region), takes their memory from the group's ``frames.FrameArena`` and seals and
    opens them on the group's link channels (``group.channels``, a
@@ -23,8 +27,8 @@ one module, none reaching back up:
    direction) with finite waits: every byte the host sees passes there, which is where the
    tests' adversary sits (``ccddp.testing.adversary``).
 
-The engine holds what the product runs and nothing else: the sealed schedules (``secure``,
-``secure-naive``) and the unsealed ring (``ring``), which the trust-domain hierarchy runs
+The engine holds the sealed schedules (``secure``; the measurement-only ``secure-naive``
+and ``tree``) and the unsealed ring (``ring``), which the trust-domain hierarchy runs
 inside a domain (``hierarchy``). What only measurements use -- gloo's own collectives, the
 CC-off reference, and collectives that check any caller's tensors before calling ``run_*``
 -- lives in ``ccddp.bench.reference``.
