@@ -23,9 +23,11 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import struct
+import weakref
 
 import torch
 
@@ -160,11 +162,30 @@ def _only_wire_differs(a: bytes, b: bytes) -> bool:
     return x[5] != y[5] and x[:5] + x[6:] == y[:5] + y[6:]
 
 
+# Per group, HMAC-SHA256 under its tag key with the key schedule done once (each tag copies
+# it); held no longer than the group (weak keys).
+_TAG_MACS: "weakref.WeakKeyDictionary[SecureGroup, object]" = weakref.WeakKeyDictionary()
+
+
 def data_tag(g: SecureGroup, seq: int, descriptor: bytes) -> int:
     """The gloo tag (1 .. 2^31-1) of collective ``seq``'s data: a keyed hash of its
     descriptor, so only ranks that agree on the collective pair up their messages."""
-    mac = hmac.new(g.tag_key, seq.to_bytes(8, "big") + descriptor, hashlib.sha256).digest()
-    return 1 + int.from_bytes(mac[:8], "big") % ((1 << 31) - 2)
+    base = _TAG_MACS.get(g)
+    if base is None:
+        base = _TAG_MACS[g] = hmac.new(g.tag_key, digestmod=hashlib.sha256)
+    mac = base.copy()
+    mac.update(seq.to_bytes(8, "big") + descriptor)
+    return 1 + int.from_bytes(mac.digest()[:8], "big") % ((1 << 31) - 2)
+
+
+@functools.lru_cache(maxsize=256)
+def _ring_plan(rank: int, n: int, numel: int, phase: str, bounds: tuple | None) -> tuple[Step, ...]:
+    """``ring_plan``, kept (see ``pipeline._frames``): steps are frozen."""
+    return tuple(ring_plan(rank, n, numel, phase, list(bounds) if bounds is not None else None))
+
+
+def _plan(rank: int, n: int, numel: int, phase: str, bounds=None) -> tuple[Step, ...]:
+    return _ring_plan(rank, n, numel, phase, tuple(bounds) if bounds is not None else None)
 
 
 class _Unchecked:
@@ -253,7 +274,7 @@ def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction)
     elif exchanges(group, flat):
         _run_ring(group, flat, exchange_plan(group.rank, flat.numel()), Op.EXCHANGE_ALL_REDUCE, reduction=reduction)
     else:
-        _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE,
+        _run_ring(group, flat, _plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE,
                   reduction=reduction)
     reduction.finish(flat, group.world_size)
     if probe.ON:
@@ -266,7 +287,7 @@ def run_reduce_scatter(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor,
     uneven); ``inp`` is unchanged."""
     n = group.world_size
     work = inp.clone()
-    _run_ring(group, work, ring_plan(group.rank, n, work.numel(), "reduce_scatter", bounds), Op.REDUCE_SCATTER,
+    _run_ring(group, work, _plan(group.rank, n, work.numel(), "reduce_scatter", bounds), Op.REDUCE_SCATTER,
               reduction=reduction)
     a, b = (bounds or chunk_bounds(work.numel(), n))[group.rank]
     out.copy_(work[a:b])
@@ -280,7 +301,7 @@ def run_all_gather(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor | No
     if inp is not None:
         a, b = (bounds or chunk_bounds(out.numel(), group.world_size))[group.rank]
         out[a:b].copy_(inp)
-    _run_ring(group, out, ring_plan(group.rank, group.world_size, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
+    _run_ring(group, out, _plan(group.rank, group.world_size, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
 
 
 def run_reduce_scatter_in_place(group: SecureGroup, flat: torch.Tensor, reduction: Reduction,
@@ -288,7 +309,7 @@ def run_reduce_scatter_in_place(group: SecureGroup, flat: torch.Tensor, reductio
     """Chunk ``rank`` of ``flat`` (``bounds``: the chunks, if uneven) becomes its reduction
     over the group, in place (no ``finish``: what follows completes the all-reduce); the
     other chunks hold partial results."""
-    _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "reduce_scatter", bounds),
+    _run_ring(group, flat, _plan(group.rank, group.world_size, flat.numel(), "reduce_scatter", bounds),
               Op.REDUCE_SCATTER, reduction=reduction)
 
 

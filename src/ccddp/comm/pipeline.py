@@ -33,6 +33,7 @@ collectives, so this is written by hand.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,7 +106,16 @@ def copy_to_host(frame: torch.Tensor):
     return host, _CopyDone(event)
 
 
-def _parallel(steps: list[Step], sends: list[list[FrameSpec]]) -> bool:
+@functools.lru_cache(maxsize=256)
+def _frames(steps: tuple[Step, ...], seg_elems: int, isz: int):
+    """``step_frames`` as tuples, kept: training repeats the same collectives (a bucket,
+    an FSDP unit) every step, and building the specs is a fixed cost of every op (issue
+    42). Steps and frame specs are frozen, so a kept result cannot change under a caller."""
+    sends, recvs = step_frames(list(steps), seg_elems, isz)
+    return tuple(map(tuple, sends)), tuple(map(tuple, recvs))
+
+
+def _parallel(steps, sends) -> bool:
     """Whether crypto threads could run anything of ``steps`` side by side: some step has
     several segments, and no step sends the region it reduces into (an exchange)."""
     if any(st.action == "reduce" and st.send_region is not None and st.send_region == st.recv_region
@@ -141,7 +151,7 @@ class _Pipeline:
         self.pool = g.engine if flat.device.type == "cpu" and wire is None else None
         self.dtype = dtype_name(flat)
         seg_elems = max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // self.isz)
-        self.sends, self.recvs = step_frames(steps, seg_elems, self.isz)
+        self.sends, self.recvs = _frames(tuple(steps), seg_elems, self.isz)
         if self.pool is not None and not _parallel(steps, self.sends):
             # Nothing to run side by side (every step one segment, or a step that sends the
             # region it reduces into: its seal must finish before its reduce starts): the
