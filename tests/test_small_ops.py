@@ -169,3 +169,19 @@ def test_probe_is_off_unless_asked_for():
     env_off = {k: v for k, v in __import__("os").environ.items() if k != "CCDDP_PROBE"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_off, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_operation_check_counts_an_exchange_as_one_seal_and_one_open():
+    from ccddp.report.crypto_ops import check_run, expected_seals
+
+    assert expected_seals(5, 2) == 10 and expected_seals(5, 2, 1) == 9 and expected_seals(5, 4) == 30
+    run = {"cc": "on", "status": "ok", "world_size": 2, "key": "x", "result": {
+        "allreduce_calls_per_iteration": 5, "exchanges_per_iteration": 1, "seals_per_rank": 9, "opens_per_rank": 9,
+        "iterations": [{"allreduce_calls": 5, "exchanges": 1, "seals": 9, "opens": 9}]}}
+    assert check_run(run)["ok"] is True
+    # An exchange not counted as one is a mismatch, as before.
+    res = {**run["result"], "exchanges_per_iteration": 0}
+    assert check_run({**run, "result": res})["ok"] is False
+    # Results written before issue 42 carry no exchange count: the ring's 2k(n-1).
+    old = {**run, "result": {"allreduce_calls_per_iteration": 5, "seals_per_rank": 10, "opens_per_rank": 10}}
+    assert check_run(old)["ok"] is True

@@ -13,7 +13,9 @@ one module, none reaching back up:
    descriptor to its neighbours (``collectives._Descriptors``: ranks that call different
    collectives fail with what differs) and picks the schedule: ``plan.ring_plan`` (steps as
    data), run by ``pipeline`` (segments sealed on crypto threads while earlier ones are
-   in flight), ``naive`` (the paper's whole-chunk schedule) or ``tree``.
+   in flight), ``naive`` (the paper's whole-chunk schedule) or ``tree``; a two-rank
+   all-reduce of at most 1 MiB is ``plan.exchange_plan``, one sealed exchange (issue 42).
+   ``probe`` (``CCDDP_PROBE``) times each stage of an op, off by default.
 3. Each schedule cuts its steps into typed frames (``frames.FrameSpec``: step, segment,
    peer, region), takes their memory from the group's ``frames.FrameArena`` and seals and
    opens them on the group's link channels (``group.channels``, a

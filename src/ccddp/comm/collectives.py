@@ -259,8 +259,9 @@ def exchanges(group: SecureGroup, flat: torch.Tensor) -> bool:
 # settings secure (or the plaintext ring): what the ccddp backend has made sure of before it
 # calls these, so a sealed op pays for no second round of checks.
 
-def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction) -> None:
-    """Reduce ``flat`` over the group in place (the sealed ring or tree)."""
+def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction, *, exchange: bool = True) -> None:
+    """Reduce ``flat`` over the group in place (the sealed ring or tree; a two-rank group's
+    small one in one exchange unless ``exchange`` is False: every rank must pass the same)."""
     s = group.settings
     if s.algorithm == "tree":
         seq = group.next_seq()
@@ -271,7 +272,8 @@ def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction)
         run_tree_allreduce(group, flat, seq, secure=s.secure, seg_bytes=seg, tag=desc.tag, gate=desc.verify,
                            reduction=reduction)
         desc.verify()
-    elif exchanges(group, flat):
+    elif exchange and exchanges(group, flat):
+        group.counters.add_exchange()
         _run_ring(group, flat, exchange_plan(group.rank, flat.numel()), Op.EXCHANGE_ALL_REDUCE, reduction=reduction)
     else:
         _run_ring(group, flat, _plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE,
