@@ -85,16 +85,24 @@ def test_collectives_equal_torch_distributed(world_size):
 
 def _counters_rank(rank, n):
     from ccddp.bench.reference import all_reduce
+    from ccddp.comm import collectives
 
     out = {}
+    default = collectives.EXCHANGE_MAX_BYTES
     for impl, kw in [("secure", {}), ("secure-naive", {}), ("secure", {"allgather": "group-key"}),
-                     ("secure", {"algorithm": "tree"})]:
+                     ("secure", {"algorithm": "tree"}), ("secure", {"exchange": True})]:
+        kw = dict(kw)
+        # The ring's counts: a two-rank group's small all-reduce is one exchange otherwise.
+        collectives.EXCHANGE_MAX_BYTES = default if kw.pop("exchange", False) else 0
         g = _group(impl, segment_bytes=4096, **kw)
         before = g.counters.snapshot()
-        all_reduce(torch.ones(50_000), g)
+        x = torch.ones(50_000)
+        all_reduce(x, g)
+        assert torch.equal(x, torch.full((50_000,), float(n)))
         after = g.counters.snapshot()
-        out[(impl, tuple(kw.items()))] = {k: after[k] - before[k] for k in ("seals", "opens", "segments_sealed",
-                                                                            "control_seals")}
+        key = (impl, tuple(kw.items())) if collectives.EXCHANGE_MAX_BYTES == 0 else ("secure", "exchange")
+        out[key] = {k: after[k] - before[k] for k in ("seals", "opens", "segments_sealed", "control_seals")}
+        collectives.EXCHANGE_MAX_BYTES = default
         g.close()
     return out
 
@@ -118,6 +126,13 @@ def test_one_allreduce_is_the_papers_4_n_minus_1_operations(world_size):
     if n == 4:
         assert tree[1]["seals"] == 2 and tree[1]["opens"] == 2
         assert tree[0]["seals"] == 2 and tree[3]["seals"] == 1
+    # Two ranks, a small all-reduce (issue 42): one exchange, n-1 seals and opens of the
+    # whole buffer (the ring's bytes, half its messages) behind one descriptor; more
+    # ranks run the ring.
+    for res in results:
+        ex = res[("secure", "exchange")]
+        ops = (n - 1) if n == 2 else 2 * (n - 1)
+        assert (ex["seals"], ex["opens"], ex["control_seals"]) == (ops, ops, 1), ex
 
 
 def _capped_rank(rank, n):
@@ -129,8 +144,11 @@ def _capped_rank(rank, n):
     import ccddp.comm.tree as tree
     from ccddp.bench.reference import all_reduce
 
+    import ccddp.comm.collectives as collectives
+
     for mod in (naive, pipeline, tree):
         mod.MAX_FRAME_BYTES = 4096
+    collectives.EXCHANGE_MAX_BYTES = 0    # the ring's messages (a 2-rank exchange has one per rank)
     out = {}
     for impl, kw in [("secure-naive", {}), ("secure", {"tag": "message"}), ("secure", {"algorithm": "tree"})]:
         g = _group(impl, **kw)
@@ -163,7 +181,10 @@ def _rounds_rank(rank, n):
     import ccddp.comm.pipeline as pipeline
     from ccddp.bench.reference import all_gather, all_reduce, broadcast, reduce_scatter
 
+    import ccddp.comm.collectives as collectives
+
     pipeline.ROUND_BYTES = 3 * 1024 * 2 * (n - 1)        # 3 segments of 1 KiB per step
+    default_exchange = collectives.EXCHANGE_MAX_BYTES
     arenas = []
     real_post = pipeline._Pipeline.post_receives
 
@@ -175,7 +196,12 @@ def _rounds_rank(rank, n):
     pipeline._Pipeline.post_receives = post
     out = {}
     for impl, kw in [("ring", {}), ("secure", {}), ("secure", {"allgather": "group-key"}),
-                     ("secure", {"chains": 2})]:
+                     ("secure", {"chains": 2}), ("secure", {"exchange": True}),
+                     ("secure", {"exchange": True, "chains": 2})]:
+        kw = dict(kw)
+        # The ring's rounds; then a 2-rank group's exchange (issue 42) in rounds, too.
+        collectives.EXCHANGE_MAX_BYTES = default_exchange if kw.pop("exchange", False) else 0
+        name = impl + str(kw) + (" exchange" if collectives.EXCHANGE_MAX_BYTES else "")
         g = _group(impl, **kw)
         gen = torch.Generator().manual_seed(rank)
         x = torch.randn(20_003, generator=gen)        # ~20 segments per chunk at n=2
@@ -197,7 +223,7 @@ def _rounds_rank(rank, n):
         b_ref = b.clone()
         dist.broadcast(b_ref, 1)
         ok &= torch.equal(broadcast(b, 1, g), b_ref)
-        out[impl + str(kw)] = (bool(ok), rounds, after["seals"] - before["seals"], max(arenas))
+        out[name] = (bool(ok), rounds, after["seals"] - before["seals"], max(arenas))
         g.close()
     return out
 
@@ -213,7 +239,9 @@ def test_large_collectives_run_in_rounds_of_bounded_memory(world_size):
             assert rounds >= 3, (key, rounds)
             # Receive frames of a round: 3 segments (+ tags) of each receiving step.
             assert 0 < arena <= budget + 3 * 2 * (n - 1) * 16 + 2 * (n - 1) * 4, (key, arena)
-            if key.startswith("secure"):
+            if key.endswith("exchange") and n == 2:
+                assert seals == n - 1, (key, seals)
+            elif key.startswith("secure"):
                 assert seals == (n if "group-key" in key else 2 * (n - 1)), (key, seals)
 
 

@@ -47,6 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from ccddp.comm import probe
 from ccddp.crypto.counters import CountersByOp, CryptoCounters
 
 #: How long an op may wait unclaimed before the worker starts it (the worker's idle poll).
@@ -117,6 +118,8 @@ class OpQueue:
         """Queue ``job`` to run after every op submitted before it; ``result`` is what the
         ticket's future then holds (``devices``: the CUDA devices of its tensors), ``op``
         what it is called in diagnostics."""
+        if probe.ON:
+            probe.stamp("call: c10d + checks + staging")
         ticket = Ticket(job, result, op, devices)
         with self._cond:
             # An op still queued in front of this one was not waited for: start it.
@@ -124,6 +127,8 @@ class OpQueue:
                 self._cond.notify()
             self._pending.append(ticket)
             self.submitted[op] += 1
+        if probe.ON:
+            probe.stamp("queue: submit + work")
         return ticket
 
     @_eager
@@ -193,8 +198,12 @@ class OpQueue:
 
     def _run(self, ticket: Ticket) -> None:
         ticket.thread = threading.current_thread().name
+        # Probed from here when no caller began the op (an asynchronous op, run by the worker).
+        probed = probe.ON and probe.begin(f"queued {ticket.op}")
         if self._failure is None:
             before = self._counters() if self._counters is not None else None
+            if probe.ON:
+                probe.stamp("queue: claim + counter snapshot")
             try:
                 ticket.job()
             except BaseException as e:  # handed to the waiting thread through the ticket
@@ -215,6 +224,10 @@ class OpQueue:
             latch.release()
         if future is not None:
             self._completer.submit(_complete, future, ticket)
+        if probe.ON:
+            probe.stamp("queue: counters diff + done")
+        if probed:
+            probe.end("queue: completion handed off")
 
     def _loop(self) -> None:
         while True:

@@ -265,6 +265,18 @@ def parse_size(text: str) -> int:
     return int(value * mult)
 
 
+#: ``--sizes sweep``: 4 KiB to 64 MiB in powers of 4, so the fixed cost of a small op and the
+#: bandwidth floor of a large one show in one table (issue 42).
+SWEEP_SIZES = "4K,16K,64K,256K,1M,4M,16M,64M"
+SIZE_PRESETS = {"sweep": SWEEP_SIZES}
+
+
+def expand_sizes(text: str) -> str:
+    """``--sizes`` with its presets spelled out (``sweep`` -> :data:`SWEEP_SIZES`); a
+    preset may stand beside sizes (``sweep,128M``)."""
+    return ",".join(SIZE_PRESETS.get(part.strip().lower(), part.strip()) for part in text.split(","))
+
+
 def build_collectives_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ccddp bench collectives", add_help=add_help,
@@ -274,7 +286,9 @@ def build_collectives_parser(add_help: bool = True) -> argparse.ArgumentParser:
                     "call by call; every result is checked; each row shows its paired ratio to the first "
                     "implementation and, for secure rows, the additive floor: the first's time plus the "
                     "row's AES-GCM bytes at this machine's measured rate.")
-    p.add_argument("--sizes", default="1M,64M", help="comma list of buffer sizes, e.g. 1M,64M")
+    p.add_argument("--sizes", default="1M,64M",
+                   help=f"comma list of buffer sizes, e.g. 1M,64M; 'sweep' is {SWEEP_SIZES} (the latency "
+                        "curve and the bandwidth floor in one table)")
     p.add_argument("--impl", default=None,
                    help="comma list of implementations; the first is the reference of the ratio columns "
                         f"(default: {DEFAULT_IMPLS['cpu']}; {DEFAULT_IMPLS['cuda']} with --device cuda, where "
@@ -345,6 +359,7 @@ def check_collectives(args: argparse.Namespace) -> None:
             if impl not in CUDA_IMPLS:
                 raise ConfigError(f"--impl {impl} takes host tensors only; with --device cuda choose from "
                                   f"{', '.join(CUDA_IMPLS)}")
+    args.sizes = expand_sizes(args.sizes)
     for size in args.sizes.split(","):
         parse_size(size)
     if args.iters < 1 or args.warmup < 0:

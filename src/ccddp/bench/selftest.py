@@ -65,6 +65,7 @@ from ccddp.bench.options import trust_domains_setting
 from ccddp.bench.reference import all_gather, all_reduce, broadcast, reduce_scatter
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup
+from ccddp.comm.collectives import run_all_reduce
 from ccddp.comm.control import gather_json
 from ccddp.comm.domains import DomainMap
 from ccddp.comm.hierarchy import DomainLinks, hierarchical_all_reduce, hierarchical_broadcast, hierarchical_reduce_scatter
@@ -112,18 +113,24 @@ class Case(Protocol):
 
 
 class CollectiveCase:
-    """One secure collective of ``_CHUNK`` elements per rank on the case's group."""
+    """One secure collective of ``_CHUNK`` elements per rank on the case's group
+    (``ring``: an all-reduce on the ring even where two ranks would exchange -- the
+    warm-up, whose frames of two steps are what splice-step takes from)."""
 
     warm_up_runs = 0
 
-    def __init__(self, collective: str, g: SecureGroup, tr: AdversarialTransport) -> None:
+    def __init__(self, collective: str, g: SecureGroup, tr: AdversarialTransport, ring: bool = False) -> None:
         if collective not in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
             raise ConfigError(f"unknown collective {collective!r}; choose from {', '.join(COLLECTIVES)}")
-        self.collective, self.g, self.transport = collective, g, tr
+        self.collective, self.g, self.transport, self.ring = collective, g, tr, ring
 
     def run(self) -> bool:
         g, c = self.g, self.collective
         n, r = g.world_size, g.rank
+        if c == "all_reduce" and self.ring:
+            x = _pattern(n * _CHUNK, r)
+            run_all_reduce(g, x, Reduction.SUM, exchange=False)
+            return torch.equal(x, _ar_expect(n * _CHUNK, n))
         if c == "all_reduce":
             x = _pattern(n * _CHUNK, r)
             return torch.equal(all_reduce(x, g), _ar_expect(n * _CHUNK, n))
@@ -200,6 +207,9 @@ class DDPStepCase:
         # Same abort flag and tag as the case's transport, on the model's group's links.
         self.transport = AdversarialTransport(model_group.pg, g.settings.timeout_s, tag=tr.tag, abort=tr.abort)
         model_group.transport = self.transport
+        # Two ranks' gradient buckets are exchanges (one step): a ring all-reduce on the
+        # same links gives splice-step frames of another step to take from.
+        run_all_reduce(model_group, _pattern(self.n * _CHUNK, self.rank), Reduction.SUM, exchange=False)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
         self.step = 0
 
@@ -537,7 +547,7 @@ def run_case(case_no: int, attack: str, collective: str, run: SelftestRun) -> di
             ring = links.cross.transport if links.cross is not None and links.local.rank == 0 else tr
             warm, case = HierarchicalCase("all_reduce", links, ring), HierarchicalCase(collective, links, ring)
         else:
-            warm, case = CollectiveCase("all_reduce", g, tr), make_case(collective, g, tr, secret)
+            warm, case = CollectiveCase("all_reduce", g, tr, ring=True), make_case(collective, g, tr, secret)
         ok0 = warm.run()
         if case.transport is not tr:
             tr = case.transport

@@ -272,6 +272,7 @@ class Trainer:
             "backward_process_cpu_ms": (cpu4 - cpu3) * 1e3, "backward_main_cpu_ms": (main4 - main3) * 1e3,
             "allreduce_calls": state.buckets - buckets_before,
             "seals": grads["seals"], "opens": grads["opens"], "segments_sealed": grads["segments_sealed"],
+            "exchanges": grads.get("exchanges", 0),
             "broadcast_seals": sync["seals"], "broadcast_opens": sync["opens"],
             "bounce_seals": bnc["seals"] if bnc else 0, "bounce_opens": bnc["opens"] if bnc else 0,
             **{f"bounce_{stage}_ms": stages[f"{stage}_s"] * 1e3 if stages else 0.0 for stage in BOUNCE_STAGES},
@@ -464,6 +465,7 @@ def result_of(args: argparse.Namespace, wl, t: Trainer, per_rank: list[list[floa
         "iterations": iterations, "summary": summary,
         "allreduce_calls_per_iteration": steady["allreduce_calls"],
         "seals_per_rank": steady["seals"], "opens_per_rank": steady["opens"],
+        "exchanges_per_iteration": steady.get("exchanges", 0),
         "broadcast_seals_per_iteration": steady["broadcast_seals"],
         "bounce_seals_per_iteration": steady["bounce_seals"],
         # How the input path ran (device, opener, engines; on a GPU, the note that it is the

@@ -17,7 +17,9 @@ one module, none reaching back up:
    in flight), or, measurement-only, ``naive`` (``secure-naive``: the paper's whole-chunk
    schedule) or ``tree`` -- reached only where a benchmark's settings name them
    (``Options(settings=...)``; a group made from ``CCDDP_SETTINGS`` refuses them:
-   ``backend.ops.refuse_measurement_only``).
+   ``backend.ops.refuse_measurement_only``); a two-rank all-reduce of at most 1 MiB is
+   ``plan.exchange_plan``, one sealed exchange (issue 42). ``probe`` (``CCDDP_PROBE``)
+   times each stage of an op, off by default.
 3. Each schedule cuts its steps into typed frames (``frames.FrameSpec``: step, segment,
    peer, region), takes their memory from the group's ``frames.FrameArena`` and seals and
    opens them on the group's link channels (``group.channels``, a

@@ -23,16 +23,19 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import struct
+import weakref
 
 import torch
 
+from ccddp.comm import probe
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.naive import run_naive
 from ccddp.comm.pipeline import dtype_name, run_pipelined
-from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, ring_plan
+from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, exchange_plan, ring_plan
 from ccddp.comm.reduce import Reduction
 from ccddp.comm.tree import run_tree_allreduce, tree_links
 from ccddp.crypto.aad import DTYPE_NAME_BYTES, FrameContext, Op, Phase, dtype_field
@@ -98,13 +101,19 @@ class _Descriptors:
         self.tag = data_tag(g, seq, mine)
         tr = g.transport
         self.frames = {p: torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8) for p in recv_from}
+        if probe.ON:
+            probe.stamp("descriptor: tag HMAC + buffers")
         self.works = {p: tr.irecv(self.frames[p], p) for p in recv_from}
+        if probe.ON:
+            probe.stamp("descriptor: irecv post")
         self.sends = []
         for p in send_to:
             frame = torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8)
             aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, g.rank, p, len(mine), "").pack()
             g.channels.tx(p).seal(mine, frame.numpy(), aad)
             g.counters.add_message(sealed=True, control=True)
+            if probe.ON:
+                probe.stamp("descriptor: seal")
             self.sends.append((tr.isend(frame, p), p))
         self.done = False
 
@@ -153,11 +162,30 @@ def _only_wire_differs(a: bytes, b: bytes) -> bool:
     return x[5] != y[5] and x[:5] + x[6:] == y[:5] + y[6:]
 
 
+# Per group, HMAC-SHA256 under its tag key with the key schedule done once (each tag copies
+# it); held no longer than the group (weak keys).
+_TAG_MACS: "weakref.WeakKeyDictionary[SecureGroup, object]" = weakref.WeakKeyDictionary()
+
+
 def data_tag(g: SecureGroup, seq: int, descriptor: bytes) -> int:
     """The gloo tag (1 .. 2^31-1) of collective ``seq``'s data: a keyed hash of its
     descriptor, so only ranks that agree on the collective pair up their messages."""
-    mac = hmac.new(g.tag_key, seq.to_bytes(8, "big") + descriptor, hashlib.sha256).digest()
-    return 1 + int.from_bytes(mac[:8], "big") % ((1 << 31) - 2)
+    base = _TAG_MACS.get(g)
+    if base is None:
+        base = _TAG_MACS[g] = hmac.new(g.tag_key, digestmod=hashlib.sha256)
+    mac = base.copy()
+    mac.update(seq.to_bytes(8, "big") + descriptor)
+    return 1 + int.from_bytes(mac.digest()[:8], "big") % ((1 << 31) - 2)
+
+
+@functools.lru_cache(maxsize=256)
+def _ring_plan(rank: int, n: int, numel: int, phase: str, bounds: tuple | None) -> tuple[Step, ...]:
+    """``ring_plan``, kept (see ``pipeline._frames``): steps are frozen."""
+    return tuple(ring_plan(rank, n, numel, phase, list(bounds) if bounds is not None else None))
+
+
+def _plan(rank: int, n: int, numel: int, phase: str, bounds=None) -> tuple[Step, ...]:
+    return _ring_plan(rank, n, numel, phase, tuple(bounds) if bounds is not None else None)
 
 
 class _Unchecked:
@@ -184,6 +212,8 @@ def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, roo
               reduction: Reduction = Reduction.SUM) -> None:
     if not steps:
         return  # a one-rank group: nothing to send, the result is already in place
+    if probe.ON:
+        probe.stamp("engine: dispatch + ring plan")
     s = g.settings
     seq = g.next_seq()
     # Device frames of the sealed pipeline take the group's ordered wire, if it has one.
@@ -192,6 +222,8 @@ def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, roo
                      sorted({st.send_peer for st in steps if st.send_peer is not None}),
                      sorted({st.recv_peer for st in steps if st.recv_peer is not None}), reduction,
                      wire=0 if wire is None else 1)
+    if probe.ON:
+        probe.stamp("descriptor: isend post")
     if s.impl == "secure-naive":
         run_naive(g, flat, steps, op, seq, tag=desc.tag, gate=desc.verify, reduction=reduction)
     else:
@@ -200,6 +232,26 @@ def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, roo
                       group_key=s.allgather == "group-key", tag=desc.tag, gate=desc.verify, reduction=reduction,
                       wire=wire)
     desc.verify()  # a rank that received no data (broadcast root) checks here
+    if probe.ON:
+        probe.stamp("descriptor: final verify")
+
+
+#: The largest all-reduce (bytes) a two-rank group runs as one sealed exchange
+#: (:func:`~ccddp.comm.plan.exchange_plan`) instead of the ring's two steps (issue 42).
+EXCHANGE_MAX_BYTES = 1 << 20
+
+
+def exchanges(group: SecureGroup, flat: torch.Tensor) -> bool:
+    """Whether ``group`` all-reduces ``flat`` in one exchange: two ranks, the pipelined
+    sealed schedule, at most :data:`EXCHANGE_MAX_BYTES`. One round trip instead of two
+    (each ~0.3 ms of gloo rendezvous on a busy 2-core machine), one seal and one open
+    instead of two each, the same bytes on the wire and through AES-GCM. Both ranks decide
+    alike (the size is in the descriptor, the schedule in its op), and a rank that decided
+    otherwise (another version) posts its data on another tag and fails the descriptor
+    check with what differs, never pairing frames of different sizes."""
+    s = group.settings
+    return (group.world_size == 2 and s.impl == "secure" and s.algorithm == "ring"
+            and flat.numel() * flat.element_size() <= EXCHANGE_MAX_BYTES)
 
 
 # -- the engine: input already checked ---------------------------------------------------
@@ -207,8 +259,9 @@ def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, roo
 # settings secure (or the plaintext ring): what the ccddp backend has made sure of before it
 # calls these, so a sealed op pays for no second round of checks.
 
-def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction) -> None:
-    """Reduce ``flat`` over the group in place (the sealed ring or tree)."""
+def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction, *, exchange: bool = True) -> None:
+    """Reduce ``flat`` over the group in place (the sealed ring or tree; a two-rank group's
+    small one in one exchange unless ``exchange`` is False: every rank must pass the same)."""
     s = group.settings
     if s.algorithm == "tree":
         seq = group.next_seq()
@@ -219,10 +272,15 @@ def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction)
         run_tree_allreduce(group, flat, seq, secure=s.secure, seg_bytes=seg, tag=desc.tag, gate=desc.verify,
                            reduction=reduction)
         desc.verify()
+    elif exchange and exchanges(group, flat):
+        group.counters.add_exchange()
+        _run_ring(group, flat, exchange_plan(group.rank, flat.numel()), Op.EXCHANGE_ALL_REDUCE, reduction=reduction)
     else:
-        _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE,
+        _run_ring(group, flat, _plan(group.rank, group.world_size, flat.numel(), "all_reduce"), Op.ALL_REDUCE,
                   reduction=reduction)
     reduction.finish(flat, group.world_size)
+    if probe.ON:
+        probe.stamp("engine: finish")
 
 
 def run_reduce_scatter(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor, reduction: Reduction,
@@ -231,7 +289,7 @@ def run_reduce_scatter(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor,
     uneven); ``inp`` is unchanged."""
     n = group.world_size
     work = inp.clone()
-    _run_ring(group, work, ring_plan(group.rank, n, work.numel(), "reduce_scatter", bounds), Op.REDUCE_SCATTER,
+    _run_ring(group, work, _plan(group.rank, n, work.numel(), "reduce_scatter", bounds), Op.REDUCE_SCATTER,
               reduction=reduction)
     a, b = (bounds or chunk_bounds(work.numel(), n))[group.rank]
     out.copy_(work[a:b])
@@ -245,7 +303,7 @@ def run_all_gather(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor | No
     if inp is not None:
         a, b = (bounds or chunk_bounds(out.numel(), group.world_size))[group.rank]
         out[a:b].copy_(inp)
-    _run_ring(group, out, ring_plan(group.rank, group.world_size, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
+    _run_ring(group, out, _plan(group.rank, group.world_size, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
 
 
 def run_reduce_scatter_in_place(group: SecureGroup, flat: torch.Tensor, reduction: Reduction,
@@ -253,7 +311,7 @@ def run_reduce_scatter_in_place(group: SecureGroup, flat: torch.Tensor, reductio
     """Chunk ``rank`` of ``flat`` (``bounds``: the chunks, if uneven) becomes its reduction
     over the group, in place (no ``finish``: what follows completes the all-reduce); the
     other chunks hold partial results."""
-    _run_ring(group, flat, ring_plan(group.rank, group.world_size, flat.numel(), "reduce_scatter", bounds),
+    _run_ring(group, flat, _plan(group.rank, group.world_size, flat.numel(), "reduce_scatter", bounds),
               Op.REDUCE_SCATTER, reduction=reduction)
 
 

@@ -33,13 +33,14 @@ collectives, so this is written by hand.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from ccddp.comm import transport
+from ccddp.comm import probe, transport
 from ccddp.comm.frames import FrameSpec, SlotState, step_frames
 from ccddp.comm.group import SecureGroup
 from ccddp.comm.ordered import OrderedWire
@@ -105,6 +106,24 @@ def copy_to_host(frame: torch.Tensor):
     return host, _CopyDone(event)
 
 
+@functools.lru_cache(maxsize=256)
+def _frames(steps: tuple[Step, ...], seg_elems: int, isz: int):
+    """``step_frames`` as tuples, kept: training repeats the same collectives (a bucket,
+    an FSDP unit) every step, and building the specs is a fixed cost of every op (issue
+    42). Steps and frame specs are frozen, so a kept result cannot change under a caller."""
+    sends, recvs = step_frames(list(steps), seg_elems, isz)
+    return tuple(map(tuple, sends)), tuple(map(tuple, recvs))
+
+
+def _parallel(steps, sends) -> bool:
+    """Whether crypto threads could run anything of ``steps`` side by side: some step has
+    several segments, and no step sends the region it reduces into (an exchange)."""
+    if any(st.action == "reduce" and st.send_region is not None and st.send_region == st.recv_region
+           for st in steps):
+        return False
+    return any(len(frames) > 1 for frames in sends)
+
+
 def _run_all(jobs) -> None:
     for job in jobs:
         job()
@@ -130,14 +149,20 @@ class _Pipeline:
         # stream (the launch is the host's whole share of the work); host frames go to
         # the crypto threads.
         self.pool = g.engine if flat.device.type == "cpu" and wire is None else None
+        self.dtype = dtype_name(flat)
+        seg_elems = max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // self.isz)
+        self.sends, self.recvs = _frames(tuple(steps), seg_elems, self.isz)
+        if self.pool is not None and not _parallel(steps, self.sends):
+            # Nothing to run side by side (every step one segment, or a step that sends the
+            # region it reduces into: its seal must finish before its reduce starts): the
+            # crypto runs here, in the same order, without a hand-off to a pool thread and
+            # back (issue 42: tens of microseconds each on a busy machine).
+            self.pool = None
         # Device frames that gloo carries are copied to host memory here, asynchronously.
         self.to_host = wire is None and flat.device.type not in g.transport.host_device_types
         # What the channel gets: host memory as numpy views (made here, once per frame,
         # not again inside every job), device memory as tensors.
         self.crypto_buffer = (lambda t: t.numpy()) if flat.device.type == "cpu" else (lambda t: t)
-        self.dtype = dtype_name(flat)
-        seg_elems = max(1, min(seg_bytes or MAX_FRAME_BYTES, MAX_FRAME_BYTES) // self.isz)
-        self.sends, self.recvs = step_frames(steps, seg_elems, self.isz)
         self.where = f"{op.name.lower()}#{seq}"
         self.rx_frames: dict[tuple[int, int], torch.Tensor] = {}
         self.rx_work: dict[tuple[int, int], object] = {}
@@ -175,7 +200,10 @@ class _Pipeline:
 
     def post_receives(self, js: range) -> None:
         """Post the receives of segments ``js`` of every step; size the send slots."""
-        for (s, j), frame in self.allocate(js).items():
+        frames = self.allocate(js)
+        if probe.ON:
+            probe.stamp("pipeline: arena frames + slots")
+        for (s, j), frame in frames.items():
             if frame.numel():
                 self.rx_work[s, j] = self.g.transport.irecv(frame, self.recvs[s][j].peer, self.tag)
 
@@ -294,6 +322,8 @@ class _Pipeline:
                 self.slots[k] = SendSlot()
 
     def run(self) -> None:
+        if probe.ON:
+            probe.stamp("pipeline: setup (frame specs)")
         per_round = self.segments_per_round()
         most = max(len(frames) for frames in self.recvs + self.sends)
         if self.wire is not None:
@@ -316,6 +346,8 @@ class _Pipeline:
     def run_round(self, js: range) -> None:
         """Segments ``js`` through every step; returns when all their frames are done."""
         self.post_receives(js)
+        if probe.ON:
+            probe.stamp("pipeline: data irecv posts")
         steps, tr = self.steps, self.g.transport
         for s in range(len(steps) + 1):
             has_recv = s > 0 and steps[s - 1].recv_peer is not None
@@ -333,9 +365,15 @@ class _Pipeline:
                     if w is not None:
                         if not w.is_completed():
                             self.flush(block=True)
+                            if probe.ON:
+                                probe.stamp("send: isend")
                         self.gate()
+                        if probe.ON:
+                            probe.stamp("descriptor: wait + open (gate)")
                         peer = steps[s - 1].recv_peer
                         tr.wait(w, peer, FrameLabel(f"{peer}->{self.g.rank}", self.where, s - 1, j))
+                        if probe.ON:
+                            probe.stamp("wait: data frame")
                     job = self.recv_job(s - 1, j)
                     if job is not None:
                         jobs.append(job)
@@ -344,23 +382,33 @@ class _Pipeline:
                     frame, job, k = self.send_frame(s, j)
                     if job is not None:
                         jobs.append(job)
+                if probe.ON:
+                    probe.stamp("frame jobs: AAD, counters, slot")
                 fut = None
                 if jobs and self.pool is not None:
                     fut = self.pool.submit(_run_all, jobs)
                 else:
                     _run_all(jobs)
+                if probe.ON:
+                    probe.stamp("seal / open + reduce" if self.pool is None else "crypto: pool submit")
                 if self.to_host and frame is not None and frame.numel():
                     # A device frame for gloo: its copy to host is queued behind the seal and
                     # sent once done (flush), so the next segment's seal is launched meanwhile.
                     frame, fut = copy_to_host(frame)
                 self.pending.append((fut, s, frame, k))
                 self.flush(block=False)
+                if probe.ON:
+                    probe.stamp("send: isend")
         self.flush(block=True)
+        if probe.ON:
+            probe.stamp("send: isend")
         for w, peer in self.send_work:
             tr.wait(w, peer, FrameLabel(f"{self.g.rank}->{peer}", self.where))
         self.send_work.clear()
         for k in range(len(self.slots)):
             self._wait_slot(k)
+        if probe.ON:
+            probe.stamp("wait: send completions")
 
     # -- on an ordered wire ----------------------------------------------------------
     # NCCL matches the k-th send of a pair with the k-th receive and runs a rank's groups

@@ -90,6 +90,23 @@ def ring_plan(rank: int, n: int, numel: int, phase: str,
     return steps
 
 
+def exchange_plan(rank: int, numel: int) -> list[Step]:
+    """The all-reduce of a two-rank group in one step: each rank sends its whole buffer to
+    the other and reduces what it receives into its own.
+
+    Both ranks then hold ``mine (op) theirs`` with the operands swapped; every reduction
+    ccddp runs (sum, product, min, max, bitwise) is commutative element by element in IEEE
+    arithmetic, so the two results are bit-identical -- what the ring's all-gather phase
+    otherwise guarantees. It sends the bytes the ring sends (a whole buffer per rank, in
+    one frame instead of two halves), seals and opens as many bytes, in one round trip
+    instead of two. The step sends the region it reduces into: the seal must be done
+    before the reduce starts (the pipeline runs such a schedule on the calling thread).
+    """
+    peer = 1 - rank
+    region = (0, numel)
+    return [Step(0, Phase.EXCHANGE, peer, peer, region, region, "reduce", 0, rank, peer)]
+
+
 def chain_broadcast_plan(rank: int, n: int, numel: int, root: int) -> list[Step]:
     """Pipelined chain broadcast: root -> root+1 -> ... ; each rank forwards segments as
     they arrive. Two steps per rank: receive from the previous rank, send to the next."""

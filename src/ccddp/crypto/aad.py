@@ -47,6 +47,8 @@ class Op(enum.IntEnum):
     GATHER = 10
     SCATTER = 11
     SEND_RECV = 12
+    # A small all-reduce of two ranks: one sealed exchange (``ccddp.comm.plan.exchange_plan``).
+    EXCHANGE_ALL_REDUCE = 13
 
 
 class Phase(enum.IntEnum):
@@ -56,6 +58,7 @@ class Phase(enum.IntEnum):
     TREE_UP = 3
     TREE_DOWN = 4
     BROADCAST = 5
+    EXCHANGE = 6
 
 
 @dataclass(frozen=True)

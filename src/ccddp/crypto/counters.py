@@ -1,7 +1,8 @@
 """Per-rank crypto counters: what was sealed and opened, and the time it took.
 
 ``seals``/``opens`` count messages (one ring step's chunk, whatever its segmentation),
-so one ring all-reduce shows the paper's 2(n-1) seals and 2(n-1) opens per rank;
+so one ring all-reduce shows the paper's 2(n-1) seals and 2(n-1) opens per rank (a
+two-rank exchange, counted in ``exchanges``, n-1 of each);
 ``segments_sealed``/``segments_opened`` count AEAD frames (tags).
 """
 
@@ -22,6 +23,8 @@ class CryptoCounters:
     busy_seconds: float = 0.0
     control_seals: int = 0
     control_opens: int = 0
+    # All-reduces run as one two-rank exchange (issue 42): n-1 seals and opens, not 2(n-1).
+    exchanges: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_frame(self, sealed: bool, nbytes: int, seconds: float) -> None:
@@ -45,6 +48,10 @@ class CryptoCounters:
                 self.seals += 1
             else:
                 self.opens += 1
+
+    def add_exchange(self) -> None:
+        with self._lock:
+            self.exchanges += 1
 
     def snapshot(self) -> dict:
         with self._lock:

@@ -2,7 +2,8 @@
 
 A ring all-reduce over n ranks costs every rank n-1 reduce-scatter and n-1 all-gather
 steps, each one seal and one open: 2(n-1) seals + 2(n-1) opens = 4(n-1) AES-GCM
-operations (paper §IV-B). DDP launches k all-reduces (buckets) per iteration, so a rank
+operations (paper §IV-B); an all-reduce that two ranks run as one exchange (issue 42,
+counted per iteration as ``exchanges``) costs one seal and one open. DDP launches k all-reduces (buckets) per iteration, so a rank
 does 4·k·(n-1) per iteration. ccddp counts a seal per ring-step message whatever its
 segmentation, so the naive and the pipelined schedule must both show exactly that;
 a mismatch means an all-reduce was skipped, repeated, or bypassed the secure path.
@@ -26,14 +27,16 @@ FAIL_MARK = "❌"
 UNKNOWN_MARK = "?"
 
 
-def expected_seals(k: int, n: int) -> int:
-    """Seals (= opens) per rank per iteration: 2·k·(n-1).
+def expected_seals(k: int, n: int, exchanges: int = 0) -> int:
+    """Seals (= opens) per rank per iteration: 2·k·(n-1), less n-1 for each of the ``k``
+    all-reduces that two ranks ran as one exchange (issue 42: one seal, one open each).
 
     Example::
 
         expected_seals(142, 4)   # 852; with opens, the paper's 4*142*3 = 1704
+        expected_seals(5, 2, 1)  # 9: four ring all-reduces and one exchange
     """
-    return 2 * k * max(n - 1, 0)
+    return (2 * k - exchanges) * max(n - 1, 0)
 
 
 def _int(x: Any) -> int | None:
@@ -70,7 +73,8 @@ def check_run(run: Mapping[str, Any]) -> dict[str, Any] | None:
     }
     if n is None or k is None:
         return row
-    exp = expected_seals(k, n)
+    x = _int(res.get("exchanges_per_iteration")) or 0
+    exp = expected_seals(k, n, x)
     row["expected_seals"], row["expected_ops"] = exp, 2 * exp
     # A count that is there and wrong fails even if the other one is missing; only
     # "nothing wrong but something missing" is undecided.
@@ -88,7 +92,7 @@ def check_run(run: Mapping[str, Any]) -> dict[str, Any] | None:
         if ki is None or si is None or oi is None:
             continue
         row["iterations_checked"] += 1
-        e = expected_seals(ki, n)
+        e = expected_seals(ki, n, _int(it.get("exchanges")) or 0)
         if (si, oi) != (e, e) and ok is not False:
             ok = False
             row["mismatch"] = (f"step {it.get('step', '?')}: {si} seals, {oi} opens for "

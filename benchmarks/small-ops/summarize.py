@@ -1,0 +1,73 @@
+"""Summarize the paired before/after runs of issue 42 into one JSON (and a markdown table).
+
+The runs are ``ccddp bench collectives --json`` files named ``<label>-<tree>-<k>.json``:
+``tree`` is ``main`` (before) or ``wt-small`` (after), ``k`` the alternation (the trees ran
+alternately: main 1, after 1, main 2, ...). Per (world size, size, impl) this keeps each
+run's paired ratio to gloo (Hodges-Lehmann estimate with its 95 % interval, over the run's
+call-by-call turns), its median time and, for the sealed rows, its ratio to the additive
+floor; then the median over the alternations, before and after::
+
+    python benchmarks/small-ops/summarize.py RUNS_DIR --out benchmarks/small-ops/paired.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from pathlib import Path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("runs")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    cells: dict[tuple, dict] = {}
+    for f in sorted(Path(args.runs).glob("*.json")):
+        m = re.match(r"(.+)-(main|wt-small)-(\d+)$", f.stem)
+        if not m:
+            continue
+        tree, k = m.group(2), int(m.group(3))
+        for r in json.load(open(f))["rows"]:
+            key = (r["world_size"], r["bytes"], r["impl"])
+            cell = cells.setdefault(key, {"before": [], "after": []})
+            iv = r.get("paired_ratio_intervals", {}).get("gloo")
+            cell["before" if tree == "main" else "after"].append({
+                "alternation": k, "time_us": round(r["time_us"], 1),
+                "vs_gloo": None if iv is None else [round(v, 3) for v in iv[:3]],
+                "vs_additive_floor": None if r.get("vs_additive_floor") is None else round(r["vs_additive_floor"], 3),
+                "seals_per_rank": r["seals_per_rank"]})
+    rows = []
+    for (n, nbytes, impl), cell in sorted(cells.items()):
+        row = {"world_size": n, "bytes": nbytes, "impl": impl}
+        for side in ("before", "after"):
+            runs = cell[side]
+            row[side] = {
+                "runs": runs,
+                "time_us_median": round(statistics.median(r["time_us"] for r in runs), 1) if runs else None,
+                "vs_gloo_median": round(statistics.median(r["vs_gloo"][0] for r in runs), 3)
+                if runs and runs[0]["vs_gloo"] else None,
+                "vs_floor_median": round(statistics.median(r["vs_additive_floor"] for r in runs), 3)
+                if runs and runs[0]["vs_additive_floor"] is not None else None,
+            }
+        rows.append(row)
+    out = {"schema": "ccddp.small-ops.paired/1", "machine": "2-core shared VM (4 sessions), AES-NI",
+           "date": "2026-11-27", "rows": rows}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print("| ranks | size | impl | before: time us, vs gloo (per run) | after: time us, vs gloo (per run) |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        if row["impl"] == "gloo":
+            continue
+        cols = []
+        for side in ("before", "after"):
+            s = row[side]
+            per = ", ".join(f"{r['vs_gloo'][0]:.2f}" for r in s["runs"] if r["vs_gloo"])
+            cols.append(f"{s['time_us_median']} us, **{s['vs_gloo_median']}x** ({per})")
+        print(f"| {row['world_size']} | {row['bytes']} | {row['impl']} | {cols[0]} | {cols[1]} |")
+
+
+if __name__ == "__main__":
+    main()

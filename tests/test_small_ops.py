@@ -1,0 +1,187 @@
+"""Issue 42, the fixed cost of a small sealed op: the two-rank exchange, the probe, the size
+sweep preset and the small-op staging rule."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dist_util import run_ranks
+
+SECRET = bytes.fromhex("80a1ef968996f68127072dc1ef099048d83d39e3cbc8858a8292625323edcfc0")
+
+
+def _group(impl="secure", **kw):
+    from ccddp.comm import CommSettings, SecureGroup, Transport
+    from ccddp.crypto import GroupSecret
+
+    return SecureGroup(CommSettings(impl=impl, timeout_s=20, **kw), secret=GroupSecret(SECRET),
+                       transport=Transport.open(None, 20))
+
+
+def test_exchange_plan_sends_and_reduces_the_whole_buffer():
+    from ccddp.comm.plan import exchange_plan
+    from ccddp.crypto.aad import Phase
+
+    for rank in (0, 1):
+        (step,) = exchange_plan(rank, 1000)
+        assert (step.send_peer, step.recv_peer) == (1 - rank, 1 - rank)
+        assert step.send_region == step.recv_region == (0, 1000)
+        assert step.action == "reduce" and step.phase is Phase.EXCHANGE
+
+
+def _exchange_rank(rank, n):
+    import torch.distributed as dist
+
+    from ccddp.bench.reference import all_reduce
+    from ccddp.comm import collectives
+    from ccddp.comm.reduce import Reduction
+    from ccddp.crypto.aad import Op
+
+    out = {}
+    ops = []
+    real = collectives._run_ring
+
+    def seen(g, flat, steps, op, *a, **k):
+        ops.append(op)
+        return real(g, flat, steps, op, *a, **k)
+
+    collectives._run_ring = seen
+    for chains in (1, 2):
+        g = _group(chains=chains, segment_bytes=1024)
+        gen = torch.Generator().manual_seed(rank)
+        for numel in (1, 7, 1000, 5000):       # 5000 floats: several segments of 1 KiB
+            for dtype in (torch.float32, torch.float16, torch.bfloat16):
+                for red in ("SUM", "MAX", "MIN", "PRODUCT"):
+                    x = (torch.randn(numel, generator=gen) * 3).to(dtype)
+                    ref = x.clone()
+                    dist.all_reduce(ref, op=getattr(dist.ReduceOp, red))
+                    got = all_reduce(x, g, op=getattr(Reduction, red))
+                    # Every rank must hold the same bits (DDP's replicas stay equal).
+                    everyone = [torch.empty_like(got) for _ in range(n)]
+                    dist.all_gather(everyone, got)
+                    out[(chains, numel, str(dtype), red)] = (
+                        all(torch.equal(e.view(torch.uint8), got.view(torch.uint8)) for e in everyone),
+                        torch.allclose(got.float(), ref.float(), rtol=1e-2, atol=1e-2))
+        # Above the limit, the ring.
+        big = torch.ones(collectives.EXCHANGE_MAX_BYTES // 4 + 1)
+        all_reduce(big, g)
+        out[(chains, "big")] = (bool((big == n).all()), True)
+        g.close()
+    out["ops"] = sorted({o.name for o in ops})
+    out["last"] = ops[-1].name
+    out["exchange"] = sum(o is Op.EXCHANGE_ALL_REDUCE for o in ops)
+    return out
+
+
+def test_two_rank_small_all_reduce_is_one_exchange_bit_identical_on_both_ranks():
+    for res in run_ranks(_exchange_rank, 2, timeout=300):
+        assert res.pop("ops") == ["ALL_REDUCE", "EXCHANGE_ALL_REDUCE"]
+        assert res.pop("last") == "ALL_REDUCE"            # the buffer above the limit
+        assert res.pop("exchange") == 2 * 4 * 3 * 4
+        for key, (same, close) in res.items():
+            assert same and close, key
+
+
+def _decide_rank(rank, n):
+    from ccddp.comm import collectives
+
+    small = torch.ones(16)
+    return {impl: collectives.exchanges(_group(impl), small) for impl in ("secure", "secure-naive")} | {
+        "tree": collectives.exchanges(_group(algorithm="tree"), small)}
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_only_a_two_rank_pipelined_ring_exchanges(world_size):
+    for res in run_ranks(_decide_rank, world_size):
+        assert res == {"secure": world_size == 2, "secure-naive": False, "tree": False}
+
+
+def _mismatch_rank(rank, n):
+    """One rank exchanges, the other runs the ring (another version, say): the descriptor
+    says what differs; no frame of the wrong size is ever paired."""
+    from ccddp.bench.reference import all_reduce
+    from ccddp.comm import collectives
+    from ccddp.errors import ConfigError
+
+    if rank == 1:
+        collectives.EXCHANGE_MAX_BYTES = 0
+    g = _group()
+    try:
+        all_reduce(torch.ones(100), g)
+    except ConfigError as e:
+        return str(e)
+    return "no error"
+
+
+def test_ranks_that_choose_different_schedules_fail_with_what_differs():
+    for msg in run_ranks(_mismatch_rank, 2):
+        assert "exchange_all_reduce" in msg and "all_reduce of 100" in msg, msg
+
+
+def test_sweep_preset_spells_out_powers_of_four():
+    from ccddp.bench.options import SWEEP_SIZES, build_collectives_parser, check_collectives, expand_sizes, parse_size
+
+    sizes = [parse_size(s) for s in SWEEP_SIZES.split(",")]
+    assert sizes[0] == 4 << 10 and sizes[-1] == 64 << 20
+    assert all(b == 4 * a for a, b in zip(sizes, sizes[1:]))
+    assert expand_sizes("sweep") == SWEEP_SIZES
+    assert expand_sizes("Sweep,128M") == SWEEP_SIZES + ",128M"
+    assert expand_sizes("1M,64M") == "1M,64M"
+    args = build_collectives_parser().parse_args(["--sizes", "sweep"])
+    check_collectives(args)
+    assert args.sizes == SWEEP_SIZES
+
+
+def test_small_cuda_ops_are_staged_only_under_auto():
+    from ccddp.backend.placement import STAGE_SMALL_BYTES, stages_small
+
+    assert stages_small("auto", 4096) and stages_small("auto", STAGE_SMALL_BYTES)
+    assert not stages_small("auto", STAGE_SMALL_BYTES + 1)
+    assert not stages_small("device", 4096) and not stages_small("staged", 4096)
+
+
+def test_probe_stages_add_up_and_belong_to_the_thread_that_began():
+    import threading
+
+    from ccddp.comm import probe
+
+    probe.reset()
+    assert probe.begin("op")
+    assert not probe.begin("nested")            # nested: ignored
+    probe.stamp("a")
+    t = threading.Thread(target=probe.stamp, args=("other thread",))
+    t.start()
+    t.join()
+    probe.stamp("b")
+    probe.end("c")
+    (op,) = probe.ops()["op"]
+    assert list(op) == ["a", "b", "c"] and all(v >= 0 for v in op.values())
+    probe.reset()
+
+
+def test_probe_is_off_unless_asked_for():
+    code = "from ccddp.comm import probe; print(probe.ON)"
+    env_off = {k: v for k, v in __import__("os").environ.items() if k != "CCDDP_PROBE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_off, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_operation_check_counts_an_exchange_as_one_seal_and_one_open():
+    from ccddp.report.crypto_ops import check_run, expected_seals
+
+    assert expected_seals(5, 2) == 10 and expected_seals(5, 2, 1) == 9 and expected_seals(5, 4) == 30
+    run = {"cc": "on", "status": "ok", "world_size": 2, "key": "x", "result": {
+        "allreduce_calls_per_iteration": 5, "exchanges_per_iteration": 1, "seals_per_rank": 9, "opens_per_rank": 9,
+        "iterations": [{"allreduce_calls": 5, "exchanges": 1, "seals": 9, "opens": 9}]}}
+    assert check_run(run)["ok"] is True
+    # An exchange not counted as one is a mismatch, as before.
+    res = {**run["result"], "exchanges_per_iteration": 0}
+    assert check_run({**run, "result": res})["ok"] is False
+    # Results written before issue 42 carry no exchange count: the ring's 2k(n-1).
+    old = {**run, "result": {"allreduce_calls_per_iteration": 5, "seals_per_rank": 10, "opens_per_rank": 10}}
+    assert check_run(old)["ok"] is True
