@@ -97,3 +97,43 @@ def test_the_measurement_only_schedules_are_off_the_default_path():
                             (CommSettings(algorithm="tree"), "algorithm 'tree'")):
         with pytest.raises(ConfigError, match=f"CCDDP_SETTINGS: {named} is a measurement-only schedule"):
             ops.refuse_measurement_only(settings, "CCDDP_SETTINGS")
+
+
+class _FakeCuda:
+    """What staging reads of a CUDA tensor, without a GPU."""
+
+    is_cuda = True
+
+    def __init__(self, numel: int) -> None:
+        self._numel = numel
+
+    def numel(self) -> int:
+        return self._numel
+
+    def element_size(self) -> int:
+        return 4
+
+
+@pytest.mark.parametrize("placement, outs, ins, staged", [
+    ("auto", [1024], [], True),                      # 4 KiB: through host, OpenSSL
+    ("auto", [1 << 18], [], True),                   # 1 MiB: still small
+    ("auto", [(1 << 18) + 1], [], False),            # past 1 MiB: on the device
+    ("auto", [1024], [1 << 20], False),              # judged by the call's largest tensor
+    ("device", [1024], [], False),                   # the user's word
+    ("staged", [1024], [], False),                   # (staged by its placement, not as small)
+])
+def test_a_small_cuda_call_is_staged_under_auto(placement, outs, ins, staged, monkeypatch):
+    """Issue 42: a device-engine seal costs ~0.2 ms of host work on an H100, so under
+    placement ``auto`` a small CUDA call goes through host memory, the same on every rank."""
+    from types import SimpleNamespace
+
+    from ccddp.backend import calls
+
+    group = SimpleNamespace(settings=SimpleNamespace(placement=placement))
+    call = Call([_FakeCuda(n) for n in outs], [_FakeCuda(n) for n in ins])
+    assert calls._small(group, call) is staged
+    seen = []
+    monkeypatch.setattr(calls, "working", lambda pg, t, on_device: (seen.append(on_device), (t, None))[1])
+    monkeypatch.setattr(calls, "source", lambda pg, t, on_device: seen.append(on_device) or t)
+    stage(group, call)
+    assert seen and all(on is (not staged) for on in seen)

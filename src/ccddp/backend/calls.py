@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from ccddp.backend.placement import Placement, stage_in, stage_out
+from ccddp.backend.placement import Placement, stage_in, stage_out, stages_small
 from ccddp.comm.plan import sized_bounds
 from ccddp.comm.reduce import Reduction
 from ccddp.errors import ConfigError
@@ -128,6 +128,17 @@ def _through_host(pg, t: torch.Tensor, on_device: bool) -> bool:
     return t.is_cuda and (not on_device or pg.placement(t.device) is Placement.STAGED)
 
 
+def _small(pg, call: Call) -> bool:
+    """Whether the call's CUDA tensors are staged because the call is small (placement
+    ``auto``, :func:`~ccddp.backend.placement.stages_small`), judged by its largest tensor:
+    the same on every rank (c10d's ops take tensors of matching shapes), so every rank's
+    frames of the call take the same wire."""
+    tensors = [*call.outs, *call.ins]
+    if not tensors or not tensors[0].is_cuda:
+        return False
+    return stages_small(pg.settings.placement, max(t.numel() * t.element_size() for t in tensors))
+
+
 def working(pg, t: torch.Tensor, on_device: bool = True) -> tuple[torch.Tensor, Callable[[], None]]:
     """The contiguous buffer an op works in for ``t`` and what writes it back into ``t``
     afterwards: ``t``'s own memory where possible, else a contiguous copy on its device,
@@ -146,7 +157,9 @@ def source(pg, t: torch.Tensor, on_device: bool = True) -> torch.Tensor:
 
 
 def stage(pg, call: Call, on_device: bool = True) -> None:
-    """The call's buffers: CUDA tensors stay on the device unless their placement is staged."""
+    """The call's buffers: CUDA tensors stay on the device unless their placement is
+    staged or the call is small (:func:`_small`)."""
+    on_device = on_device and not _small(pg, call)
     bufs, backs = [], []
     for t in call.outs:
         buf, back = working(pg, t, on_device)
