@@ -15,8 +15,8 @@
 #
 # What to compare: the session's H100 numbers before issue 42 (BENCHMARKS.md, "Small
 # collectives: the fixed cost (issue 42)"): device 4.95/4.91/5.59 ms, staged
-# 1.20/1.13/2.27 ms, gloo 0.64/0.61/1.06 ms at 4K/64K/1M. "auto" stages ops of at most
-# 1 MiB only once ProcessGroupCCDDP calls placement.stages_small (see that section).
+# 1.20/1.13/2.27 ms, gloo 0.64/0.61/1.06 ms at 4K/64K/1M. "auto" stages CUDA calls of at most
+# 1 MiB through host (backend/calls.py _small, placement.stages_small).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
