@@ -37,7 +37,7 @@ MARKS = {
 #: Marks whose tests are also ``slow``.
 SLOW = ("multiprocess", "soak")
 #: Names whose use means "starts processes".
-SPAWNING_NAMES = {"run_ranks", "spawn", "torchrun", "subprocess", "multiprocessing", "mp", "Popen"}
+SPAWNING_NAMES = {"run_ranks", "run_process_ranks", "run_thread_ranks", "spawn", "torchrun", "subprocess", "multiprocessing", "mp", "Popen"}
 #: ccddp commands that launch ranks.
 LAUNCHING_COMMANDS = {"train", "bench", "characterize", "selftest", "calibrate", "validate", "launch"}
 
