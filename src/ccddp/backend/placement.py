@@ -10,9 +10,10 @@ Two placements (``CommSettings.placement``), the same frames either way:
   exactly as for a CPU tensor (OpenSSL), and the result is copied back -- what a CPU TEE
   relaying for a GPU does, and what NVIDIA's driver does through its bounce buffer.
 
-``auto`` takes the faster one by a calibrated profile's measured rates
-(``CCDDP_PROFILE``: the TOML that ``ccddp calibrate --device cuda --out PATH`` writes), and
-without them the device engine when Triton is installed. Ops that ccddp runs on host memory only
+``auto`` stages a call of at most 1 MiB (:func:`stages_small`: a device-engine call is a
+fixed ~0.2 ms of host work); above that it takes the faster one by a calibrated profile's
+measured rates (``CCDDP_PROFILE``: the TOML that ``ccddp calibrate --device cuda --out PATH``
+writes), and without them the device engine when Triton is installed. Ops that ccddp runs on host memory only
 (all-to-all, gather, scatter, point-to-point messages, the list forms of all-gather and
 reduce-scatter) are always staged.
 
