@@ -146,10 +146,12 @@ def test_smaller_buckets_never_faster_when_nothing_hides(hw, wl, sched, n, cap, 
 
 def test_smaller_buckets_can_be_faster_when_comm_hides():
     """Why the property above is restricted: cheap crypto and a long backward let small
-    buckets overlap, so the unconditional claim is false."""
+    buckets overlap, so the unconditional claim is false. (Four buckets, not sixteen:
+    each sealed call also pays the profile's op_fixed_us, 430 us on h100-cc, which at 16
+    buckets outweighs what hiding gains.)"""
     hw = BASES["h100-cc"]
     wl = WorkloadProfile("hide", bucket_bytes=[256 * MIB], forward_ms=100, backward_ms=200)
     sched = Schedule("pipelined", segment_bytes=8 * MIB)
     one = predict(hw, wl, sched.with_(bucket_cap_mb=256), 8)["cc_on_ms"]
-    many = predict(hw, wl, sched.with_(bucket_cap_mb=16), 8)["cc_on_ms"]
+    many = predict(hw, wl, sched.with_(bucket_cap_mb=64), 8)["cc_on_ms"]
     assert many < one

@@ -17,7 +17,9 @@ machine can be checked against that machine's measured ``ccddp train`` runs
   successor while receiving from its predecessor, with the CPU seconds it costs the rank
   (the loopback copies: ``link_cpu_gbps``); a secure all-reduce of many 4 KiB segments,
   whose CPU time gives the pipelined engine's per-message cost; ccddp's plaintext ring
-  all-reduce, whose time gives the link rate a collective sees. The last two are solved
+  all-reduce, whose time gives the link rate a collective sees; a 4 KiB all-reduce, the
+  pipelined engine and gloo taking turns, whose difference beyond what the model explains
+  gives the sealed call's fixed cost (``op_fixed_us``). These three are solved
   through the model itself, so the model fed this profile reproduces those
   micro-benchmarks. Every measured all-reduce (gloo's, the plain ring's, the naive and
   the pipelined secure ones, two sizes) is set beside the model's prediction as a check,
@@ -354,6 +356,30 @@ def p2p_bench(fast: bool) -> dict:
                    "chains": tiny.resolved_chains(), "seg_hops": 2 * (n - 1) * 64,
                    "secure_s": sec_s, "secure_cpu_s": sec_cpu,
                    "ring_s": ring_s, "ring_cpu_s": ring_cpu}
+    # The sealed call's fixed cost (op_fixed_us, issue 42): a small all-reduce, ccddp's
+    # pipelined engine and gloo's own taking turns call by call (each after a barrier),
+    # so both see the same load; the model explains part of the difference (seals, tags,
+    # messages) and the profile's op_fixed_us is the rest.
+    small_bytes = 4 * KIB
+    small = CommSettings(impl="secure")
+    groups = {impl: open_impl(impl, small) for impl in ("secure", "gloo")}
+    xs = torch.ones(small_bytes // 4)
+    small_t: dict[str, list[float]] = {"secure": [], "gloo": []}
+    for i in range((20 if fast else 100) + 2):
+        for impl, g in groups.items():
+            dist.barrier()
+            t0 = time.perf_counter()
+            all_reduce(xs, g)
+            if i >= 2:
+                small_t[impl].append(time.perf_counter() - t0)
+    for g in groups.values():
+        g.close()
+    med = torch.tensor([statistics.median(small_t["secure"]),
+                        statistics.median(small_t["gloo"])], dtype=torch.float64)
+    dist.all_reduce(med, op=dist.ReduceOp.MAX)   # the slowest rank defines it
+    out["small"] = {"bytes": small_bytes, "segment_bytes": small.segment_bytes,
+                    "chains": small.resolved_chains(), "pairs": len(small_t["gloo"]),
+                    "secure_s": float(med[0]), "gloo_s": float(med[1])}
     # The largest size also feeds the crypto and link fits (secure minus ring CPU; ring
     # time), so it gets the most repetitions.
     checks = []

@@ -283,6 +283,7 @@ def build_profile(local: dict, p2p: dict, *, name: str = "local") -> tuple[dict,
         "nvls": D(False, "no switch reduction on a CPU host"),
         "reduce_gbps": M(round(torch_r["reduce_gbps"], 4), f"torch add_ of fp32 tensors, {how}"),
         "segment_overhead_us": M(0.0, "solved below"),
+        "op_fixed_us": A(0.0, "solved below from a paired small all-reduce, where measured"),
         "link_cpu_gbps": M(round(link_cpu_gbps, 4), "bytes sent per CPU-second of a rank (all "
                            "its threads, user + system) during the ring streaming, messages "
                            ">= 1 MiB"),
@@ -427,6 +428,27 @@ def fit_crypto_rate(hw, secure: dict, ring: dict, n: int) -> float | None:
     return root(excess, 1e-3, 1e3, log=True)
 
 
+def fit_op_fixed(hw, small: dict, n: int) -> float:
+    """The sealed call's fixed cost (us, ``op_fixed_us``) from ``small``: a paired small
+    all-reduce, ccddp's pipelined engine against gloo's (``secure_s``, ``gloo_s``): what
+    the sealed call costs beyond gloo's less what the model's seals, tags and messages
+    already explain (its secure minus plaintext all-reduce of that size, with
+    ``op_fixed_us`` 0), per rank (divided by the model's slow-down of a rank's software
+    where ranks outnumber the host's cores); 0 where the model explains it all."""
+    from ccddp.sim.collective import plain_allreduce, secure_allreduce
+    from ccddp.sim.rates import Rates
+    from ccddp.sim.schedule import Schedule
+
+    sched = Schedule("pipelined", segment_bytes=small["segment_bytes"], chains=small["chains"])
+    h = hw.replace(op_fixed_us=0.0)
+    model = (secure_allreduce(Rates.resolve(h, sched, n, True), sched, n, small["bytes"]).ms
+             - plain_allreduce(Rates.resolve(h, sched, n, False), n, small["bytes"],
+                               False).ms)
+    measured = (small["secure_s"] - small["gloo_s"]) * 1e3
+    soft = max(1.0, min(n, hw.gpus_per_node) / hw.host_cores) if hw.host_cores > 0 else 1.0
+    return round(max(0.0, measured - model) * 1e3 / soft, 2)
+
+
 def model_checks(hw, p2p: dict, fitted: dict | None = None) -> list[dict]:
     """The measured all-reduces beside what the model predicts for them: wall time, and
     core time (the model's busy time against the rank's CPU seconds). ``fitted`` maps
@@ -505,6 +527,18 @@ def derive_profile(local: dict, p2p: dict, *, name: str = "local") -> dict:
                                  "on the CPU)", d["enc_gbps"].stderr)
         solve_segment()
     hw = validate_profile(d, source="calibrate")
+    small = p2p.get("small")
+    if small:
+        d["op_fixed_us"] = M(fit_op_fixed(hw, small, n), f"a {small['bytes'] // KIB} KiB "
+                             f"all-reduce on {n} local ranks, the pipelined engine "
+                             f"{small['secure_s'] * 1e6:.0f} us against gloo's "
+                             f"{small['gloo_s'] * 1e6:.0f} us ({small['pairs']} paired calls, "
+                             "medians), less the model's own secure-minus-plaintext at that "
+                             "size: the sealed call's fixed software cost")
+        hw = validate_profile(d, source="calibrate")
+    else:
+        d["op_fixed_us"] = A(0.0, "not measured: these measurements have no paired small "
+                             "all-reduce (saved before calibrate measured it)")
     wall_us = fit_segment_overhead(hw, p2p["tiny"], n, quantity="wall")
     link = fit_link_rate(hw, ring, n)
     if link is not None:
@@ -530,5 +564,6 @@ def records_json(d: dict) -> dict:
 __all__ = ["SCHEMA", "LineFit", "fit_line", "crypto_lines", "crypto_records", "device_records",
            "staging_records", "device_profile",
            "build_profile",
-           "fit_segment_overhead", "fit_link_rate", "fit_crypto_rate", "model_checks",
+           "fit_segment_overhead", "fit_link_rate", "fit_crypto_rate", "fit_op_fixed",
+           "model_checks",
            "derive_profile", "records_json"]

@@ -84,10 +84,18 @@ def _plain_inter(hw, r: Rates, nodes: int, per: int, shard: float) -> Collective
                           messages=2 * (nodes - 1), bytes_sent=2 * (nodes - 1) * chunk)
 
 
+def _call_fixed(r: Rates) -> CollectiveCost:
+    """The sealed collective call's own fixed software cost (``op_fixed_us``: descriptor,
+    frame setup, posts), once per call on the calling rank, in series before its first
+    message; software, not crypto, so free crypto keeps it."""
+    return CollectiveCost(ms=r.call_fixed_ms, busy_ms=r.call_fixed_ms)
+
+
 def allreduce_cost(hw, sched, r: Rates, n: int, nbytes: float, *, cc: bool,
                    pads: float = 0.0) -> CollectiveCost:
     """Cost of one all-reduce of ``nbytes`` over ``n`` devices, any number of nodes;
-    ``pads``: pre-computed keystream bytes left per device-link peer."""
+    ``pads``: pre-computed keystream bytes left per device-link peer. A sealed schedule's
+    call also pays the profile's ``op_fixed_us`` once (:func:`_call_fixed`)."""
     native = cc and not sched.sealed
     if native and hw.sealed_inside_node:
         raise ConfigError(f"the native schedule needs a device link the CC system protects "
@@ -99,7 +107,7 @@ def allreduce_cost(hw, sched, r: Rates, n: int, nbytes: float, *, cc: bool,
         if native:
             return native_allreduce(r, n, nbytes, hw.cc_nvls)
         if cc:
-            return secure_allreduce(r, sched, n, nbytes, pads)
+            return _call_fixed(r) + secure_allreduce(r, sched, n, nbytes, pads)
         return plain_allreduce(r, n, nbytes, hw.nvls)
     shard = nbytes / per
     if not cc:
@@ -115,9 +123,9 @@ def allreduce_cost(hw, sched, r: Rates, n: int, nbytes: float, *, cc: bool,
     # Pads cover the device-link peers only, not the relay hops (keys with the CPU TEE).
     if sched.algorithm == "tree":
         # Reduce up each node's tree, a relay ring among node roots, broadcast down.
-        return (secure_tree(r, sched, per, nbytes, pads)
+        return (_call_fixed(r) + secure_tree(r, sched, per, nbytes, pads)
                 + _relay_ring(hw, r, sched, nodes, 1, nbytes))
-    return (secure_ring(r, sched, per, nbytes, pads, phases="rs")
+    return (_call_fixed(r) + secure_ring(r, sched, per, nbytes, pads, phases="rs")
             + _relay_ring(hw, r, sched, nodes, per, shard)
             + secure_ring(r, sched, per, nbytes, pads, phases="ag"))
 

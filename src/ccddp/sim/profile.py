@@ -93,6 +93,9 @@ class Field:
     # A field added after profiles were first written: a profile without it (a saved
     # calibration) still loads, with this other field's value, marked assumed.
     fallback: str = ""
+    # Or a value of its own for such a profile (marked assumed), where no other field
+    # stands in for it: 0 for a cost older profiles did not model.
+    default: float | None = None
 
     @property
     def recorded(self) -> bool:
@@ -168,6 +171,13 @@ FIELDS: tuple[Field, ...] = (
           "AES-GCM (CPU), so they also divide the CTR part.", "any"),
     Field("crypto_op_us", "crypto", "float", "us", "Fixed cost of one seal or open call, "
           "besides its kernel launch: setup, key schedule, AAD, Python call.", "nonneg"),
+    Field("op_fixed_us", "crypto", "float", "us", "Fixed cost of one sealed collective "
+          "call beyond the plaintext one: descriptor, frame setup (specs, arena, slots, "
+          "AADs), posts; per rank per op (per bucket all-reduce). Paid once per call on top "
+          "of the per-seal, per-tag and per-message costs; measured by `ccddp calibrate` as "
+          "what a small sealed all-reduce costs beyond gloo's that the rest of the model does "
+          "not explain. 0 in a profile written before the field existed.", "nonneg",
+          default=0.0),
     Field("op_bucket_share", "crypto", "float", "fraction", "Share of the naive ring's "
           "seal/open byte cost that scales with the whole bucket rather than the chunk it "
           "seals: 0 for an engine that seals what it sends (ccddp's secure-naive); an "
@@ -284,6 +294,7 @@ class HardwareProfile:
     max_chains: int
     chains_scale_enc: bool
     crypto_op_us: float
+    op_fixed_us: float
     op_bucket_share: float
     tag_us: float
     tag_bytes: float
@@ -459,7 +470,10 @@ def validate_profile(data: Mapping[str, Any], *, source: str = "<dict>") -> Hard
                                       f"not in this profile (written before the field existed): "
                                       f"{f.fallback}'s value")
         if f.name not in flat:
-            raise ConfigError(f"{source}: profile field '{f.name}' is missing ({f.doc})")
+            if f.default is None:
+                raise ConfigError(f"{source}: profile field '{f.name}' is missing ({f.doc})")
+            flat[f.name] = FieldValue(f.default, Source.ASSUMED,
+                                      "not in this profile (written before the field existed)")
         try:
             if f.recorded:
                 records[f.name] = _record(f, flat[f.name])

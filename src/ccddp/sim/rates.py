@@ -46,6 +46,7 @@ class Rates:
     ranks_on_host: int
     chains: int                 # effective parallel chains
     op_fixed_ms: float          # per seal/open call
+    call_fixed_ms: float        # per sealed collective call (descriptor, frame setup, posts)
     tag_ms: float               # per tag
     tag_bytes: float
     enc_ms_per_b: float
@@ -82,6 +83,8 @@ class Rates:
             chains=p,
             op_fixed_ms=comm_f * (hw.crypto_op_us + hw.kernel_launch_us * hw.cc_launch_toll)
             * US_MS,
+            # Python on the rank's own thread: slows once ranks outnumber the cores.
+            call_fixed_ms=soft_f * hw.op_fixed_us * US_MS if cc else 0.0,
             tag_ms=comm_f * hw.tag_us * US_MS,
             tag_bytes=hw.tag_bytes,
             enc_ms_per_b=comm_f / (hw.enc_gbps * enc_par * GB_MS),
