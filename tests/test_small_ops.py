@@ -10,7 +10,10 @@ import sys
 import pytest
 import torch
 
-from dist_util import run_ranks
+# Processes: the exchange case wraps collectives._run_ring for itself and the mismatch case
+# lowers EXCHANGE_MAX_BYTES on one rank (module globals, per rank).
+from dist_util import run_ranks as run_process_ranks
+from thread_ranks import run_thread_ranks as run_ranks
 
 SECRET = bytes.fromhex("80a1ef968996f68127072dc1ef099048d83d39e3cbc8858a8292625323edcfc0")
 
@@ -79,7 +82,7 @@ def _exchange_rank(rank, n):
 
 
 def test_two_rank_small_all_reduce_is_one_exchange_bit_identical_on_both_ranks():
-    for res in run_ranks(_exchange_rank, 2, timeout=300):
+    for res in run_process_ranks(_exchange_rank, 2, timeout=300):
         assert res.pop("ops") == ["ALL_REDUCE", "EXCHANGE_ALL_REDUCE"]
         assert res.pop("last") == "ALL_REDUCE"            # the buffer above the limit
         assert res.pop("exchange") == 2 * 4 * 3 * 4
@@ -119,7 +122,7 @@ def _mismatch_rank(rank, n):
 
 
 def test_ranks_that_choose_different_schedules_fail_with_what_differs():
-    for msg in run_ranks(_mismatch_rank, 2):
+    for msg in run_process_ranks(_mismatch_rank, 2):
         assert "exchange_all_reduce" in msg and "all_reduce of 100" in msg, msg
 
 
