@@ -20,6 +20,7 @@ another torch.
 from __future__ import annotations
 
 import re
+import threading
 from datetime import timedelta
 
 import pytest
@@ -27,8 +28,10 @@ import torch
 
 from ccddp.backend import torch_private
 from ccddp.errors import ConfigError
-# Processes: ranks seed torch per rank and compare whole gloo default groups and timeouts.
-from dist_util import RankFailure, run_ranks
+from dist_util import RankFailure
+# Processes: torch's _dist2.new_group rendezvouses through env:// (RANK, WORLD_SIZE per rank).
+from dist_util import run_ranks as run_process_ranks
+from thread_ranks import run_thread_ranks as run_ranks
 
 SECRET = "3b9e0c51d7a24f86e1c05b3a9d72f4e816c0a5d93e7b2f41c68d05a7e9b3c12f"
 
@@ -136,13 +139,19 @@ def _p2p_batch(rank: int, n: int) -> list[torch.Tensor]:
     return got
 
 
+_BUILD_LOCK = threading.Lock()
+
+
 def _pipeline(rank: int, n: int) -> dict:
     """A 2-stage GPipe schedule (4 microbatches) of a small MLP: losses and gradients."""
     from torch import nn
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-    torch.manual_seed(0)
-    full = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    # torch's default generator is the process's: thread ranks build the model one at a
+    # time, each from seed 0 as a process would, and leave the generator as it was.
+    with _BUILD_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        full = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
     part = full[:2] if rank == 0 else full[2:]
     stage = PipelineStage(part, rank, n, torch.device("cpu"))
     schedule = ScheduleGPipe(stage, 4, loss_fn=nn.MSELoss())
@@ -176,7 +185,8 @@ def _registered_and_p2p(rank, n):
     return seen, gloo, ccddp
 
 
-def test_registered_per_device_and_p2p_and_pipelining_give_gloos_results():
+def test_registered_per_device_and_p2p_and_pipelining_give_gloos_results(monkeypatch):
+    monkeypatch.setenv("CCDDP_GROUP_SECRET", SECRET)  # thread ranks share this process's environment
     for seen, gloo, ccddp in run_ranks(_registered_and_p2p, 2, timeout=240):
         assert seen["backend"] == "ccddp" and seen["backend_name"] == "ccddp"
         if seen["python_backend"]:  # torch 2.14, 2.15: the group is its own per-device backend, as torch's are
@@ -230,7 +240,7 @@ def _plaintext_paths(rank, n):
 
 
 def test_gloo_groups_the_policy_does_not_see_are_refused_under_a_ccddp_default():
-    for out in run_ranks(_plaintext_paths, 2, timeout=180):
+    for out in run_process_ranks(_plaintext_paths, 2, timeout=180):
         assert "plaintext" in out["direct"] and "tests" not in out["direct"].split(" built by ")[0]
         assert "built by test_torch_compat" in out["direct"]
         assert "plaintext" in out["direct _C"]
@@ -277,7 +287,8 @@ def _barrier_timeout(rank, n, backend):
 
 
 @pytest.mark.parametrize("backend", ["gloo", "ccddp"])
-def test_a_timed_out_barrier_raises_what_gloo_raises(backend):
+def test_a_timed_out_barrier_raises_what_gloo_raises(monkeypatch, backend):
+    monkeypatch.setenv("CCDDP_GROUP_SECRET", SECRET)  # thread ranks share this process's environment
     got = run_ranks(_barrier_timeout, 2, backend, timeout=120)[0]
     assert got != "passed"
     name, mro, text = got
@@ -332,7 +343,8 @@ def _monitored(rank, n, backend, wait_all):
 
 
 @pytest.mark.parametrize("backend", ["gloo", "ccddp"])
-def test_monitored_barrier_names_the_hung_rank_as_gloo_does(backend):
+def test_monitored_barrier_names_the_hung_rank_as_gloo_does(monkeypatch, backend):
+    monkeypatch.setenv("CCDDP_GROUP_SECRET", SECRET)  # thread ranks share this process's environment
     got = run_ranks(_monitored, 3, backend, True, timeout=180)
     name, text = got[0]
     assert re.search(r"Ranks 2 failed to pass monitoredBarrier in 1500 ms", text), got
