@@ -17,6 +17,7 @@ really loads, is in ``test_cli.py``.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,9 @@ def _part(module: str) -> str:
     return module.split(".")[1] if module.count(".") else ""
 
 
+@functools.lru_cache(maxsize=1)
 def _graph() -> dict[str, list[tuple[str, int]]]:
+    """Every module's imports, parsed once for all the tests here (read, never changed)."""
     return {m: _imports(m, p) for m, p in MODULES.items()}
 
 
