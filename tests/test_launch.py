@@ -116,6 +116,15 @@ def test_hugging_face_trainer_through_launch(tmp_path):
         (d / "wire").mkdir(parents=True)
         if backend == "gloo":
             proc = torchrun([script, str(d)], wiretap=lib, wire_dir=d / "wire", timeout=600)
+            if proc.returncode != 0 and "terminate called without an active exception" in proc.stderr:
+                # The plain-gloo reference: about one run in ten (before this session's changes
+                # too) aborts at interpreter exit, after its results are saved, as the Trainer
+                # leaves torch's group to exit. Run the reference again; the ccddp run below
+                # gets no second try.
+                for f in d.rglob("*"):
+                    if f.is_file():
+                        f.unlink()
+                proc = torchrun([script, str(d)], wiretap=lib, wire_dir=d / "wire", timeout=600)
         else:
             env = child_env(dict(LD_PRELOAD=str(lib), CCDDP_WIRE_DIR=str(d / "wire"), OMP_NUM_THREADS="1"))
             proc = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--nproc-per-node",
