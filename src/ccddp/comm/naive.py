@@ -59,7 +59,8 @@ def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, ta
             g.channels.rx(f.peer).open(frame, f.plain(u8), aad(f, f.peer, g.rank), collective=where,
                               step=st.index, segment=f.segment)
         else:
-            plain = frame[:f.nbytes]  # opened in place, as in the pipelined engine
+            # Not in place: pyca's AES-GCM (cryptography >= 51) refuses overlapping buffers.
+            plain = g.arena_for(flat.device).take("opened", f.nbytes)
             g.channels.rx(f.peer).open(frame, plain, aad(f, f.peer, g.rank), collective=where,
                               step=st.index, segment=f.segment)
             reduction.combine(flat[f.start:f.end], plain.view(flat.dtype))

@@ -165,6 +165,7 @@ class _Pipeline:
         self.crypto_buffer = (lambda t: t.numpy()) if flat.device.type == "cpu" else (lambda t: t)
         self.where = f"{op.name.lower()}#{seq}"
         self.rx_frames: dict[tuple[int, int], torch.Tensor] = {}
+        self.opened: dict[tuple[int, int], torch.Tensor] = {}
         self.rx_work: dict[tuple[int, int], object] = {}
         # Sends of frames outside the slots (plaintext segments, forwarded ciphertext) not
         # yet waited for.
@@ -219,6 +220,13 @@ class _Pipeline:
         self.rx_work.clear()
         for f in mine:
             self.rx_frames[f.step, f.segment] = f.plain(self.u8) if in_place[f.step] else next(arena)
+        # pyca's AES-GCM (cryptography >= 51) refuses an output that overlaps its input, so
+        # a sealed host frame that is reduced is opened into a buffer of its own; the device
+        # engine opens in place (its frame's first bytes become the plaintext).
+        reduced = [f for f in mine if self.secure and self.flat.device.type == "cpu"
+                   and self.steps[f.step].action == "reduce"]
+        self.opened = dict(zip(((f.step, f.segment) for f in reduced),
+                               self.arena.layout("opened", [f.nbytes for f in reduced])))
         if self.secure:
             sealed = [f.nbytes for s in range(len(self.steps)) if not self._forwards(s)
                       for f in _pick(self.sends[s], js)]
@@ -248,9 +256,9 @@ class _Pipeline:
         if st.action == "copy":
             return ch.open_job(self.crypto_buffer(frame), self.crypto_buffer(f.plain(self.u8)), aad,
                                collective=self.where, step=s, segment=j)
-        # Open in place (OpenSSL's GCM allows out == in): the frame's first bytes become
-        # the plaintext, saving a scratch buffer and a pass over memory.
-        plain = frame[:f.nbytes]
+        plain = self.opened.get((s, j))
+        if plain is None:
+            plain = frame[:f.nbytes]  # the device engine opens in place (see allocate)
         opened = ch.open_job(self.crypto_buffer(frame), self.crypto_buffer(plain), aad, collective=self.where,
                              step=s, segment=j)
         as_dtype = plain.view(self.flat.dtype)
