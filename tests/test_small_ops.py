@@ -54,6 +54,15 @@ def _exchange_rank(rank, n):
         return real(g, flat, steps, op, *a, **k)
 
     collectives._run_ring = seen
+    real_prepared = collectives._run_prepared
+    prepared = []
+
+    def seen_prepared(g, flat, p, reduction):
+        ops.append(Op.EXCHANGE_ALL_REDUCE)
+        prepared.append(p.key)
+        return real_prepared(g, flat, p, reduction)
+
+    collectives._run_prepared = seen_prepared
     for chains in (1, 2):
         g = _group(chains=chains, segment_bytes=1024)
         gen = torch.Generator().manual_seed(rank)
@@ -78,6 +87,7 @@ def _exchange_rank(rank, n):
     out["ops"] = sorted({o.name for o in ops})
     out["last"] = ops[-1].name
     out["exchange"] = sum(o is Op.EXCHANGE_ALL_REDUCE for o in ops)
+    out["prepared"] = len(prepared)
     return out
 
 
@@ -86,6 +96,9 @@ def test_two_rank_small_all_reduce_is_one_exchange_bit_identical_on_both_ranks()
         assert res.pop("ops") == ["ALL_REDUCE", "EXCHANGE_ALL_REDUCE"]
         assert res.pop("last") == "ALL_REDUCE"            # the buffer above the limit
         assert res.pop("exchange") == 2 * 4 * 3 * 4
+        # What fits one 1 KiB segment (1 and 7 elements) takes the prepared op; 1000 and 5000
+        # elements are several segments, which the pipeline runs.
+        assert res.pop("prepared") == 2 * 2 * 3 * 4
         for key, (same, close) in res.items():
             assert same and close, key
 
@@ -188,3 +201,175 @@ def test_operation_check_counts_an_exchange_as_one_seal_and_one_open():
     # Results written before issue 42 carry no exchange count: the ring's 2k(n-1).
     old = {**run, "result": {"allreduce_calls_per_iteration": 5, "seals_per_rank": 10, "opens_per_rank": 10}}
     assert check_run(old)["ok"] is True
+
+
+# -- the prepared exchange (issue 42) ----------------------------------------------------
+
+class _FakeGroup:
+    """What a prepared op reads of a group, without a process group."""
+
+    def __init__(self, rank=0, **kw):
+        import types
+
+        from ccddp.comm import CommSettings
+
+        self.rank, self.session_id, self.settings_digest = rank, bytes(range(16)), b"\x07" * 16
+        self.settings = CommSettings(impl="secure", **kw)
+        self.transport = types.SimpleNamespace(host_device_types=frozenset({"cpu"}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_prepared_aads_equal_frame_context(dtype):
+    from ccddp.comm.collectives import PreparedExchange, _describe
+    from ccddp.comm.plan import exchange_plan
+    from ccddp.comm.reduce import Reduction
+    from ccddp.crypto.aad import FrameContext, Op, Phase
+
+    for rank in (0, 1):
+        g = _FakeGroup(rank)
+        p = PreparedExchange(g, 1000, dtype, Reduction.MAX)
+        peer = 1 - rank
+        name = str(dtype).removeprefix("torch.")
+        desc = _describe(g, Op.EXCHANGE_ALL_REDUCE, 1000, name, 0, Reduction.MAX, 0)
+        assert p.desc == desc and p.peer == peer
+        (st,) = exchange_plan(rank, 1000)
+        for seq in (1, 2, 255, 256, 1 << 40, (1 << 64) - 1):
+            seq8 = seq.to_bytes(8, "big")
+            want = {
+                "d_tx_aad": FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, rank, peer, len(desc), ""),
+                "d_rx_aad": FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, peer, rank, len(desc), ""),
+                "x_tx_aad": FrameContext(g.session_id, seq, Op.EXCHANGE_ALL_REDUCE, st.phase, st.wire_step, 0,
+                                         rank, peer, 1000 * dtype.itemsize, name),
+                "x_rx_aad": FrameContext(g.session_id, seq, Op.EXCHANGE_ALL_REDUCE, st.phase, st.wire_step, 0,
+                                         peer, rank, 1000 * dtype.itemsize, name)}
+            for field, ctx in want.items():
+                head, tail = getattr(p, field)
+                assert head + seq8 + tail == ctx.pack(), (field, seq)
+
+
+def test_a_changed_shape_gets_a_new_prepared_op():
+    from ccddp.comm import collectives
+    from ccddp.comm.reduce import Reduction
+
+    g = _FakeGroup()
+    x = torch.ones(100)
+    p = collectives.prepared_exchange(g, x, Reduction.SUM)
+    assert p is not None and collectives.prepared_exchange(g, torch.zeros(100), Reduction.SUM) is p
+    others = [collectives.prepared_exchange(g, torch.ones(101), Reduction.SUM),
+              collectives.prepared_exchange(g, torch.ones(100, dtype=torch.float16), Reduction.SUM),
+              collectives.prepared_exchange(g, x, Reduction.MAX)]
+    assert len({id(o) for o in others + [p]}) == 4
+    assert [o.key for o in others] == [(101, torch.float32, Reduction.SUM), (100, torch.float16, Reduction.SUM),
+                                       (100, torch.float32, Reduction.MAX)]
+    assert others[0].x_rx.numel() == 101 * 4 + 16 and others[1].opened.dtype == torch.float16
+    # Another group has its own.
+    assert collectives.prepared_exchange(_FakeGroup(), x, Reduction.SUM) is not p
+    # The pipeline runs what is not one host frame each way.
+    assert collectives.prepared_exchange(_FakeGroup(segment_bytes=1024), torch.ones(257), Reduction.SUM) is None
+    assert collectives.prepared_exchange(_FakeGroup(segment_bytes=1024), torch.ones(256), Reduction.SUM) is not None
+    assert collectives.prepared_exchange(_FakeGroup(check_descriptors=False), x, Reduction.SUM) is None
+    assert collectives.prepared_exchange(g, torch.ones(0), Reduction.SUM) is None
+    staged = _FakeGroup()
+    staged.transport.host_device_types = frozenset()
+    assert collectives.prepared_exchange(staged, x, Reduction.SUM) is None
+    # Kept per group, least recently used dropped.
+    many = _FakeGroup()
+    first = collectives.prepared_exchange(many, torch.ones(1), Reduction.SUM)
+    for n in range(2, collectives.PREPARED_MAX + 2):
+        collectives.prepared_exchange(many, torch.ones(n), Reduction.SUM)
+    assert len(collectives._PREPARED[many]) == collectives.PREPARED_MAX
+    assert collectives.prepared_exchange(many, torch.ones(1), Reduction.SUM) is not first
+
+
+def _prepared_rank(rank, n):
+    """The prepared op against the pipeline: same bits, same counters, same nonces, and a
+    rank on either path pairs with a rank on the other (the same frames on the wire)."""
+    import torch.distributed as dist
+
+    from ccddp.bench.reference import all_reduce
+    from ccddp.comm import collectives
+    from ccddp.comm.reduce import Reduction
+    from ccddp.crypto.counters import CryptoCounters
+
+    nonces = []
+    g = _group()
+    g.recorder = lambda key_id, nonce: nonces.append((key_id, nonce))
+    gen = torch.Generator().manual_seed(rank)
+    out = {"same": [], "counters": [], "nonces": [], "mixed": []}
+    try:
+        for numel in (1, 33, 1024, 16384, 1 << 18):     # 1 MiB of float32: the arena's frames
+            for dtype in (torch.float32, torch.bfloat16, torch.int32):
+                reds = ("SUM", "MAX", "PRODUCT") if dtype != torch.int32 else ("SUM", "BXOR")
+                for red in reds:
+                    x = (torch.randn(numel, generator=gen) * 100).to(dtype)
+                    got = {}
+                    for mode in ("prepared", "pipeline", "mixed"):
+                        collectives.PREPARED = mode == "prepared" or (mode == "mixed" and rank == 0)
+                        before, k = g.counters.snapshot(), len(nonces)
+                        got[mode] = all_reduce(x.clone(), g, op=getattr(Reduction, red))
+                        diff = CryptoCounters.diff(g.counters.snapshot(), before)
+                        diff.pop("busy_seconds", None)
+                        got[mode + " counters"] = diff
+                        got[mode + " nonces"] = len(nonces) - k
+                    everyone = [torch.empty_like(got["prepared"]) for _ in range(n)]
+                    dist.all_gather(everyone, got["prepared"])
+                    u8 = [t.view(torch.uint8) for t in [got["pipeline"], got["mixed"]] + everyone]
+                    out["same"].append(all(torch.equal(u8[0], b) for b in u8))
+                    out["counters"].append(got["prepared counters"] == got["pipeline counters"]
+                                           == got["mixed counters"])
+                    out["nonces"].append(got["prepared nonces"] == got["pipeline nonces"] == 4)
+    finally:
+        collectives.PREPARED = True
+        g.close()
+    return {k: all(v) for k, v in out.items() if v} | {"cases": len(out["same"])}
+
+
+def test_prepared_exchange_is_the_pipeline_frame_for_frame():
+    for res in run_process_ranks(_prepared_rank, 2, timeout=300):
+        assert res == {"same": True, "counters": True, "nonces": True, "cases": 5 * (3 + 3 + 2)}, res
+
+
+def _tamper_rank(rank, n):
+    """An attack on the prepared path's data frame: refused at that frame, nothing added."""
+    import torch.distributed as dist
+
+    from ccddp.bench.reference import all_reduce
+    from ccddp.comm import CommSettings, SecureGroup, collectives
+    from ccddp.comm.reduce import Reduction
+    from ccddp.crypto import GroupSecret
+    from ccddp.errors import IntegrityError
+    from ccddp.testing.adversary import AdversarialTransport, Rule
+
+    out = {}
+    # Frames per link: descriptor, data, descriptor, data, ...: frame 1 is the first data frame.
+    for attack, ops, rule in (("flip", 1, Rule("flip", src=0, dst=1, nth=1, bit=8 * 100 + 3)),
+                              ("flip-tag", 1, Rule("flip", src=0, dst=1, nth=1, bit=8 * (1024 * 4 + 5))),
+                              ("replay", 2, Rule("replay", src=0, dst=1, nth=3, back=2))):
+        tr = AdversarialTransport(dist.group.WORLD, 10, tag=9)
+        g = SecureGroup(CommSettings(impl="secure", timeout_s=10), secret=GroupSecret(SECRET), transport=tr)
+        tr.arm([rule])
+        try:
+            for i in range(ops):
+                x = torch.full((1024,), float(rank + 1))
+                p = collectives.prepared_exchange(g, x, Reduction.SUM)
+                try:
+                    all_reduce(x, g)
+                    out[attack, i] = ("ok", float(x[0]))
+                except IntegrityError as e:
+                    out[attack, i] = ("refused", float(x.max()), float(x.min()), bool((p.opened == 0).all()),
+                                      e.label.collective, e.label.step)
+                    break
+        finally:
+            g.close()
+        dist.barrier()
+    return out
+
+
+def test_a_tampered_frame_on_the_prepared_path_is_refused_and_nothing_added():
+    r0, r1 = run_process_ranks(_tamper_rank, 2, timeout=300)
+    # The attacked rank: the frame fails, its input untouched (2.0, not 3.0), the opened
+    # buffer zeroed; the other rank's frames were intact.
+    assert r1[("flip", 0)][:4] == ("refused", 2.0, 2.0, True) and r1[("flip", 0)][4].startswith("exchange_all_reduce#")
+    assert r1[("flip-tag", 0)][:4] == ("refused", 2.0, 2.0, True)
+    assert r1[("replay", 0)] == ("ok", 3.0) and r1[("replay", 1)][:4] == ("refused", 2.0, 2.0, True)
+    assert r0[("flip", 0)] == ("ok", 3.0) and r0[("replay", 1)] == ("ok", 3.0)
