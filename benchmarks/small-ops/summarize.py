@@ -8,6 +8,9 @@ call-by-call turns), its median time and, for the sealed rows, its ratio to the 
 floor; then the median over the alternations, before and after::
 
     python benchmarks/small-ops/summarize.py RUNS_DIR --out benchmarks/small-ops/paired.json
+
+``breakdown.py --json`` files in the same directory, named ``breakdown-<tree>-<k>.json``,
+are kept too: per path, the wall median and each stage's median, per run.
 """
 
 from __future__ import annotations
@@ -23,13 +26,24 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("runs")
     p.add_argument("--out", required=True)
+    p.add_argument("--date", default="2026-11-27")
+    p.add_argument("--machine", default="2-core shared VM (4 sessions), AES-NI")
+    p.add_argument("--note", default=None, help="what before and after are")
     args = p.parse_args()
     cells: dict[tuple, dict] = {}
+    breakdowns: dict[str, dict] = {}
     for f in sorted(Path(args.runs).glob("*.json")):
         m = re.match(r"(.+)-(main|wt-small)-(\d+)$", f.stem)
         if not m:
             continue
         tree, k = m.group(2), int(m.group(3))
+        if m.group(1) == "breakdown":
+            b = json.load(open(f))
+            breakdowns[f"{'before' if tree == 'main' else 'after'}-{k}"] = {
+                path: {"wall_us_median": round(row["wall_us_median"], 1),
+                       "stages_us_median": {s: round(v, 1) for s, v in row.get("stages_us_median", {}).items()}}
+                for path, row in b["paths"].items()}
+            continue
         for r in json.load(open(f))["rows"]:
             key = (r["world_size"], r["bytes"], r["impl"])
             cell = cells.setdefault(key, {"before": [], "after": []})
@@ -53,8 +67,11 @@ def main() -> None:
                 if runs and runs[0]["vs_additive_floor"] is not None else None,
             }
         rows.append(row)
-    out = {"schema": "ccddp.small-ops.paired/1", "machine": "2-core shared VM (4 sessions), AES-NI",
-           "date": "2026-11-27", "rows": rows}
+    out = {"schema": "ccddp.small-ops.paired/1", "machine": args.machine, "date": args.date, "rows": rows}
+    if args.note:
+        out["note"] = args.note
+    if breakdowns:
+        out["breakdown_4k"] = dict(sorted(breakdowns.items()))
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print("| ranks | size | impl | before: time us, vs gloo (per run) | after: time us, vs gloo (per run) |")
     print("|---|---|---|---|---|")
@@ -65,7 +82,8 @@ def main() -> None:
         for side in ("before", "after"):
             s = row[side]
             per = ", ".join(f"{r['vs_gloo'][0]:.2f}" for r in s["runs"] if r["vs_gloo"])
-            cols.append(f"{s['time_us_median']} us, **{s['vs_gloo_median']}x** ({per})")
+            floor = f", floor {s['vs_floor_median']}x" if s["vs_floor_median"] is not None else ""
+            cols.append(f"{s['time_us_median']} us, **{s['vs_gloo_median']}x** ({per}){floor}")
         print(f"| {row['world_size']} | {row['bytes']} | {row['impl']} | {cols[0]} | {cols[1]} |")
 
 

@@ -68,10 +68,6 @@ class Transport:
         # The ordered wire (NCCL) that carries the pipeline's device frames instead, if the
         # group has one (``ccddp.comm.ordered``).
         self.ordered = None
-        # Posts go to gloo's backend of each connection directly: through the registered
-        # ProcessGroup they pass torch's op dispatcher first (~2 us a post, 4 posts per
-        # small sealed op: issue 42). A bare gloo backend is its own.
-        self._direct = {p: _backend_of(p) for p in (pg, downward) if p is not None}
 
     def ordered_for(self, device: torch.device):
         """The ordered wire that carries frames on ``device``, or None (gloo carries them)."""
@@ -110,11 +106,11 @@ class Transport:
 
     def post_send(self, pg: dist.ProcessGroup, frame: torch.Tensor, dst: int, tag: int):
         """gloo's send of ``frame`` to group rank ``dst`` on ``pg`` (raises RuntimeError)."""
-        return self._direct.get(pg, pg).send([frame], dst, tag)
+        return pg.send([frame], dst, tag)
 
     def post_recv(self, pg: dist.ProcessGroup, frame: torch.Tensor, src: int, tag: int):
         """gloo's receive into ``frame`` from group rank ``src`` on ``pg`` (raises RuntimeError)."""
-        return self._direct.get(pg, pg).recv([frame], src, tag)
+        return pg.recv([frame], src, tag)
 
     def peer_failed(self, e: Exception, what: str) -> PeerTimeoutError:
         """A typed, one-line error for a P2P call that gloo refused (a peer died or timed
@@ -135,18 +131,6 @@ class Transport:
             raise PeerTimeoutError(
                 f"rank {self.rank}: waiting for rank {peer} ({label}): no answer within "
                 f"{self.timeout.total_seconds():g}s, or the peer failed ({gloo_reason(e)})", label=label) from None
-
-
-def _backend_of(pg):
-    """The gloo backend that carries ``pg``'s host tensors (``pg`` itself if it is a bare
-    backend, or if it has none for CPU)."""
-    get = getattr(pg, "_get_backend", None)
-    if get is None:
-        return pg
-    try:
-        return get(torch.device("cpu"))
-    except RuntimeError:
-        return pg
 
 
 def host_buffer(frame: torch.Tensor) -> torch.Tensor:
