@@ -373,3 +373,17 @@ def test_a_tampered_frame_on_the_prepared_path_is_refused_and_nothing_added():
     assert r1[("flip-tag", 0)][:4] == ("refused", 2.0, 2.0, True)
     assert r1[("replay", 0)] == ("ok", 3.0) and r1[("replay", 1)][:4] == ("refused", 2.0, 2.0, True)
     assert r0[("flip", 0)] == ("ok", 3.0) and r0[("replay", 1)] == ("ok", 3.0)
+
+
+def test_counter_totals_sum_every_field():
+    from ccddp.crypto.counters import CryptoCounters
+
+    a, b = CryptoCounters(), CryptoCounters()
+    a.add_message(sealed=True)
+    a.add_frame(True, 100, 0.5)
+    b.add_exchange()
+    b.add_frame(False, 7, 0.25)
+    sa, sb = a.snapshot(), b.snapshot()
+    assert CryptoCounters.total([sa]) == sa and CryptoCounters.total([sa]) is not sa
+    assert CryptoCounters.total([sa, sb]) == {k: sa[k] + sb[k] for k in sa}
+    assert CryptoCounters.total([]) == {k: 0 for k in sa}

@@ -70,7 +70,15 @@ class CryptoCounters:
     @staticmethod
     def total(snapshots: list[dict]) -> dict:
         """The sum of several snapshots (a group's counters and its sub-groups')."""
-        return {k: sum(s[k] for s in snapshots) for k in _COUNTER_NAMES}
+        # Twice per op of the ccddp backend, mostly over one snapshot: no generator per field
+        # (issue 42: 6.5 us of the op's fixed cost as a comprehension of sums).
+        if not snapshots:
+            return {k: 0 for k in _COUNTER_NAMES}
+        out = {k: snapshots[0][k] for k in _COUNTER_NAMES}
+        for s in snapshots[1:]:
+            for k in _COUNTER_NAMES:
+                out[k] += s[k]
+        return out
 
 
 class CountersByOp:
