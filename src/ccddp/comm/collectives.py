@@ -395,15 +395,19 @@ def _run_prepared(g: SecureGroup, flat: torch.Tensor, p: PreparedExchange, reduc
     # The descriptor's receive and send first, then the data's, as the pipeline posts them;
     # each channel's counters in the pipeline's order (descriptor, then data).
     d_recv = tr.irecv(p.d_rx, peer)
+    if probe.ON:
+        probe.stamp("exchange: descriptor irecv post")
     h, t = p.d_tx_aad
     tx.seal(p.desc, p.d_tx_np, h + seq8 + t)
     counters.add_message(sealed=True, control=True)
     if probe.ON:
-        probe.stamp("exchange: descriptor irecv post + seal")
+        probe.stamp("exchange: descriptor seal")
     d_send = tr.isend(p.d_tx, peer)
+    if probe.ON:
+        probe.stamp("exchange: descriptor isend post")
     x_recv = tr.irecv(x_rx, peer, tag)
     if probe.ON:
-        probe.stamp("exchange: descriptor isend + data irecv posts")
+        probe.stamp("exchange: data irecv post")
     counters.add_message(sealed=True)
     h, t = p.x_tx_aad
     tx.seal(p.plain(flat), x_tx_np, h + seq8 + t)
