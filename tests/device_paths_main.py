@@ -38,7 +38,7 @@ def _force_host_frames(pg) -> None:
     """Every transport of ``pg`` stages its frames through host buffers (counted)."""
     from ccddp.comm import transport
 
-    group = pg.secure_group
+    group = pg.endpoint
     group.transport.host_device_types = frozenset()
     pg.peer_links.transport.host_device_types = frozenset()
     real = transport.host_buffer
@@ -95,7 +95,7 @@ def _emulate_ordered_wire(pg, rank: int, n: int) -> None:
     with bare_links():  # they carry only sealed frames
         up, down = [dist.ProcessGroupGloo(dist.PrefixStore(f"serial-wire-{name}/", store), rank, n,
                                           timedelta(seconds=60)) for name in ("up", "down")]
-    WIRE["wire"] = pg.secure_group.transport.ordered = SerialWire(Transport(up, 60, downward=down), timeout_s=60)
+    WIRE["wire"] = pg.endpoint.transport.ordered = SerialWire(Transport(up, 60, downward=down), timeout_s=60)
 
 
 def _ddp_matches_one_process(rank: int, n: int, device: str) -> bool:
@@ -128,7 +128,7 @@ def _ddp_matches_one_process(rank: int, n: int, device: str) -> bool:
 
 def _wire_name(pg) -> str:
     """What carried the group's device frames: gloo, or the ordered wire's name."""
-    group = getattr(pg, "secure_group", None)
+    group = getattr(pg, "endpoint", None)
     wire = group.transport.ordered if group is not None else None
     return "gloo" if wire is None else wire.name
 

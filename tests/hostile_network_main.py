@@ -172,7 +172,7 @@ def main() -> None:
     try:
         dist.init_process_group("ccddp", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
-        sg = getattr(dist.group.WORLD, "secure_group", None)
+        sg = getattr(dist.group.WORLD, "endpoint", None)
         dm = getattr(sg, "domains", None)
         out["domains"] = [list(d) for d in dm.domains] if dm is not None else None
         phase = "all_reduce"

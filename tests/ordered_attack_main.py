@@ -54,7 +54,7 @@ def main() -> None:
 
     for i, (attack, where) in enumerate(CASES):
         pg = dist.new_group(backend="ccddp", pg_options=Options(settings=settings))
-        transport = pg.secure_group.transport
+        transport = pg.endpoint.transport
         transport.host_device_types = frozenset()           # CPU frames stand in for device frames
         with bare_links():  # the adversary's link carries only sealed frames
             links = dist.ProcessGroupGloo(dist.PrefixStore(f"attack-{i}/", store), rank, n, timedelta(seconds=60))

@@ -81,7 +81,7 @@ def main() -> None:
 def _mismatch(rank: int, wire) -> None:
     from ccddp.errors import ConfigError
 
-    transport = dist.group.WORLD.secure_group.transport
+    transport = dist.group.WORLD.endpoint.transport
     transport.host_device_types = frozenset()          # CPU frames stand in for device frames
     if rank == 0:
         transport.ordered = wire

@@ -22,7 +22,7 @@ def main() -> None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     dist.init_process_group("gloo")  # served by ccddp under ccddp launch
     rank, n = dist.get_rank(), dist.get_world_size()
-    secure = dist.group.WORLD.secure_group
+    secure = dist.group.WORLD.endpoint
     taken: list[tuple[str, str]] = []
     secure.recorder = lambda key_id, nonce: taken.append((key_id.hex(), nonce.hex()))  # before any channel exists
     for step in range(3):

@@ -331,7 +331,7 @@ def _ddp_rank(rank, n, exported, policy_text):
         return torch.cat([p.detach().flatten() for p in model.parameters()]), pg
 
     with_att, pg = train(attested)
-    peers = pg.secure_group.keys.peers
+    peers = pg.endpoint.keys.peers
     without, _ = train(keyed)
     return {"equal": bool(torch.equal(with_att, without)), "peers": peers, "norm": float(with_att.norm())}
 

@@ -179,7 +179,7 @@ def _tampered(rank, n):
     import ccddp.backend  # noqa: F401
 
     pg = dist.new_group(backend="ccddp", timeout=__import__("datetime").timedelta(seconds=20))
-    g = pg.secure_group
+    g = pg.endpoint
     inner = g.transport
 
     class Flip:

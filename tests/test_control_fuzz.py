@@ -33,7 +33,7 @@ from ccddp.comm import control
 from ccddp.comm.collectives import _DESC, _explain
 from ccddp.crypto.establish import Allowlist, EstablishedKeys, Identity, KeyEstablishment, parse_message
 from ccddp.crypto.keys import GroupSecret
-from ccddp.crypto.session import Session, agree_session
+from ccddp.crypto.session import Agreement, agree_session
 from ccddp.crypto.wirejson import parse_json
 from ccddp.errors import CCDDPError, ConfigError
 
@@ -268,7 +268,7 @@ CONTEXT = {"world size": 3, "group ranks": [0, 1, 2], "collective settings": '{"
 
 
 def _session_rank(secret):
-    def run(rank: int, exchange) -> Session:
+    def run(rank: int, exchange) -> Agreement:
         return agree_session(secret, rank, 3, exchange, context=CONTEXT)
 
     return run
@@ -292,7 +292,7 @@ def test_a_malformed_hello_fails_every_rank_with_a_config_error(payload, secret)
     assert_typed(results)
     for r, res in enumerate(results):
         if secret is None and r == 1:
-            assert isinstance(res, Session)    # plaintext: only who received it can tell
+            assert isinstance(res, Agreement)    # plaintext: only who received it can tell
             continue
         assert isinstance(res, ConfigError), (r, res)
     assert "rank 1's setup message" in str(results[0])
@@ -311,14 +311,14 @@ def test_agree_session_raises_only_config_errors(tampers, secret):
             assert isinstance(res, ConfigError), res
     if secret is not None:
         assert_went_on_only_when_every_peer_verified(results, board, verdict_round=2)
-    ok = [r for r in results if isinstance(r, Session)]
+    ok = [r for r in results if isinstance(r, Agreement)]
     assert len({r.session_id for r in ok}) <= 1 or secret is None
 
 
 def test_agree_session_honest_ranks_succeed():
     """The other side of the fuzz: untouched, the setup succeeds on every rank."""
     results, _ = run_group(3, _session_rank(SECRET), lambda rnd, rank, view: view)
-    assert all(isinstance(r, Session) for r in results), results
+    assert all(isinstance(r, Agreement) for r in results), results
     assert len({r.session_id for r in results}) == 1
 
 

@@ -117,7 +117,7 @@ def _hostile_rank(rank, n):
 
     import ccddp.bench.selftest as selftest
     from _hostile_host import HostileHost
-    from ccddp.crypto import channel
+    from ccddp.crypto import aead_engines
     from ccddp.crypto.keys import GroupSecret
 
     secret = GroupSecret.from_hex(SECRET_HEX)
@@ -125,12 +125,12 @@ def _hostile_rank(rank, n):
     # 1. A broken build; the host forges the outcomes (every rank's host alike).
     forge = ForgeOutcomes(n)
     host = HostileHost(forge).install()
-    host.active, real_aead = True, channel.AESGCM
-    channel.AESGCM = _NoTagCheck
+    host.active, real_aead = True, aead_engines.AESGCM
+    aead_engines.AESGCM = _NoTagCheck
     try:
         out["broken"] = {"rows": _flip_rows(secret), "forged": forge.forged}
     finally:
-        channel.AESGCM = real_aead
+        aead_engines.AESGCM = real_aead
         host.uninstall()
 
     # 2. A sound build; the host flips a bit in every frame rank 0 receives of the last

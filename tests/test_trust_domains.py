@@ -80,7 +80,7 @@ def _every_op(pg, rank, n, numels):
             and torch.equal(rs, torch.arange(2.0 * n)[2 * rank:2 * rank + 2] * n)):
         bad.append("another op under the map")
     links = pg.domain_links
-    sealed = pg.secure_group.counters.snapshot()
+    sealed = pg.endpoint.counters.snapshot()
     cross = links.cross.counters.snapshot() if links is not None and links.cross is not None else None
     return {"bad": bad, "domains": [list(d) for d in pg.domains.domains],
             "cross_size": None if links is None or links.cross is None else links.cross.world_size,
@@ -121,7 +121,7 @@ def _scatter_checks(pg, rank, n, chunks):
 
     R = dist.ReduceOp
     bad = []
-    flat_before = pg.secure_group.counters.snapshot()["bytes_sealed"]
+    flat_before = pg.endpoint.counters.snapshot()["bytes_sealed"]
     for c in chunks:
         for op, dtype in ((R.SUM, torch.float32), (R.AVG, torch.float64), (R.MAX, torch.float32),
                           (R.MIN, torch.int64), (R.PRODUCT, torch.float64), (R.BXOR, torch.int32)):
@@ -151,7 +151,7 @@ def _scatter_checks(pg, rank, n, chunks):
     dist.reduce_scatter(out, [torch.full((s,), float(rank)) for s in sizes], group=pg)
     if not torch.equal(out, torch.full((rank + 1,), float(sum(range(n))))):
         bad.append("reduce_scatter with uneven sizes")
-    flat_sealed = pg.secure_group.counters.snapshot()["bytes_sealed"] - flat_before
+    flat_sealed = pg.endpoint.counters.snapshot()["bytes_sealed"] - flat_before
     return {"scatter_bad": bad, "flat_sealed": flat_sealed, "uneven": sum(sizes) * 4}
 
 

@@ -14,7 +14,9 @@ and, inside a trust domain, local links the host cannot reach.
 - :func:`domain_links`: with trust domains larger than one rank, the plaintext set over
   the ranks of this rank's domain -- those proven AF_UNIX links, never a TCP connection
   whose destination the store chose -- and the sealed group of this rank's shard across
-  domains.
+  domains. Each is an engine :class:`~ccddp.comm.endpoint.Endpoint` on a session of its
+  own (:func:`~ccddp.comm.session.establish`): the domain's from a plaintext session, so
+  it has no channels; the shard ring's keyed with the group's secret.
 
 Every gloo set rendezvouses under the elastic attempt's own keys in the group's store, and
 its setup is bounded by the group's timeout, even where the host's addresses leave both
@@ -43,9 +45,10 @@ import torch.distributed as dist
 from ccddp.backend.local_links import LocalEndpoint, LocalLinkSet
 from ccddp.comm.control import gather_sealed
 from ccddp.comm.domains import DomainMap, candidates, check_setting, from_proofs, node_key
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.hierarchy import DomainLinks
 from ccddp.comm.ordered import NcclWire
+from ccddp.comm.session import establish
 from ccddp.comm.settings import CommSettings
 from ccddp.comm.transport import Transport
 from ccddp.crypto.keys import derive_purpose_key
@@ -178,9 +181,9 @@ def device_wire(store, rank: int, size: int, settings: CommSettings,
     return NcclWire.open(dist.PrefixStore("nccl-wire/", _base(store)), rank, size, settings.timeout_s)
 
 
-def prove_domains(group: SecureGroup, setting=None) -> tuple[DomainMap, LocalEndpoint | None]:
+def prove_domains(group: Endpoint, setting=None) -> tuple[DomainMap, LocalEndpoint | None]:
     """The trust-domain map of ``group`` (collective: every rank calls it once the group's
-    session exists) for ``setting`` (default: the group's ``trust_domains``), and this
+    session is established) for ``setting`` (default: the group's ``trust_domains``), and this
     rank's local endpoint holding the proven links to its domain's ranks (None where every
     rank is its own domain).
 
@@ -225,7 +228,7 @@ def _proof_report(rank: int, blob: bytes, world_size: int) -> tuple[set[int], st
         raise ConfigError(f"rank {rank}'s trust-domain proof report is malformed ({e})") from None
 
 
-def domain_links(store, rank: int, domains: DomainMap, endpoint: LocalEndpoint, group: SecureGroup,
+def domain_links(store, rank: int, domains: DomainMap, endpoint: LocalEndpoint, group: Endpoint,
                  global_ranks: list[int], timeout: timedelta) -> DomainLinks:
     """This rank's links for the hierarchical all-reduce (collective over the group: every
     rank builds its domain's set, then the shard holders their ring's). ``endpoint``
@@ -234,20 +237,21 @@ def domain_links(store, rank: int, domains: DomainMap, endpoint: LocalEndpoint, 
     d, local = domains.domain_of(rank), domains.local_index(rank)
     members = domains.members(rank)
     links = LocalLinkSet(endpoint, list(members))
-    # The engine's ring, unsealed (impl "ring"): nothing to key, and these links are
-    # AF_UNIX sockets to ranks that proved they share this machine.
-    plain = SecureGroup(group.settings.with_(impl="ring", trust_domains="rank"), None, pg=links,
-                        transport=Transport(links, group.settings.timeout_s),
-                        ranks=[global_ranks[r] for r in members])
+    # The engine's ring, unsealed (impl "ring"), on an endpoint without channels: a plaintext
+    # session holds no keys, and these links are AF_UNIX sockets to ranks that proved they
+    # share this machine. Its session still checks that the domain's ranks agree on the setup.
+    local_wire = Transport(links, group.settings.timeout_s)
+    plain = Endpoint(establish(local_wire, group.settings.with_(impl="ring", trust_domains="rank"), None,
+                               ranks=[global_ranks[r] for r in members]), local_wire)
     cross = None
     if len(domains.domains) > 1 and local < domains.shards:
         leaders = domains.leaders(local)
         up, down = (_connect(base, f"shard-{local}-{name}", d, len(leaders), timeout) for name in ("up", "down"))
         # The group's secret (pre-shared, or the one the key exchange agreed): the shard
         # ring runs a session of its own, so its keys are its own.
-        cross = SecureGroup(group.settings.with_(trust_domains="rank"), group.secret, pg=up,
-                            transport=Transport(up, group.settings.timeout_s, downward=down),
-                            ranks=[global_ranks[r] for r in leaders])
+        ring_wire = Transport(up, group.settings.timeout_s, downward=down)
+        cross = Endpoint(establish(ring_wire, group.settings.with_(trust_domains="rank"), group.secret,
+                                   ranks=[global_ranks[r] for r in leaders]), ring_wire)
     if len(domains.domains) == 1 and rank == 0:
         print("ccddp: every rank of this group is in one trust domain: its all-reduces, "
               "broadcasts and reduce-scatters are not sealed",

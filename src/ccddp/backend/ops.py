@@ -108,7 +108,7 @@ def _all_reduce_flat(pg, flat: torch.Tensor, red: Reduction) -> None:
     if pg.domain_links is not None:
         hierarchical_all_reduce(pg.domain_links, flat, red)
     else:
-        run_all_reduce(pg.secure_group, flat, red)
+        run_all_reduce(pg.endpoint, flat, red)
 
 
 def _reduce_scatter_flat(pg, out: torch.Tensor, inp: torch.Tensor, red: Reduction) -> None:
@@ -116,7 +116,7 @@ def _reduce_scatter_flat(pg, out: torch.Tensor, inp: torch.Tensor, red: Reductio
     if pg.domain_links is not None:
         hierarchical_reduce_scatter(pg.domain_links, out, inp, red)
     else:
-        run_reduce_scatter(pg.secure_group, out, inp, red)
+        run_reduce_scatter(pg.endpoint, out, inp, red)
 
 
 def _all_reduce(pg, c: Call) -> None:
@@ -145,19 +145,19 @@ def _broadcast(pg, c: Call) -> None:
     if pg.domain_links is not None:
         hierarchical_broadcast(pg.domain_links, c.bufs[0].view(-1), c.root)
     else:
-        run_broadcast(pg.secure_group, c.bufs[0].view(-1), c.root)
+        run_broadcast(pg.endpoint, c.bufs[0].view(-1), c.root)
 
 
 def _all_gather(pg, c: Call) -> None:
     src = c.srcs[0]
     flat = torch.empty(sum(c.sizes), dtype=src.dtype, device=src.device)
-    run_all_gather(pg.secure_group, flat, src.reshape(-1), c.bounds)
+    run_all_gather(pg.endpoint, flat, src.reshape(-1), c.bounds)
     for buf, part in zip(c.bufs, flat.split(c.sizes)):
         buf.copy_(part.view(buf.shape))
 
 
 def _all_gather_into_tensor(pg, c: Call) -> None:
-    run_all_gather(pg.secure_group, c.bufs[0].view(-1), c.srcs[0].view(-1))
+    run_all_gather(pg.endpoint, c.bufs[0].view(-1), c.srcs[0].view(-1))
 
 
 def _reduce_scatter(pg, c: Call) -> None:
@@ -165,7 +165,7 @@ def _reduce_scatter(pg, c: Call) -> None:
     if c.bounds is None:
         _reduce_scatter_flat(pg, c.bufs[0].view(-1), flat, c.reduction)
     else:
-        run_reduce_scatter(pg.secure_group, c.bufs[0].view(-1), flat, c.reduction, c.bounds)
+        run_reduce_scatter(pg.endpoint, c.bufs[0].view(-1), flat, c.reduction, c.bounds)
 
 
 def _reduce_scatter_tensor(pg, c: Call) -> None:
@@ -174,25 +174,25 @@ def _reduce_scatter_tensor(pg, c: Call) -> None:
 
 def _all_to_all_single(pg, c: Call) -> None:
     out_rows, in_rows = c.sizes
-    all_to_all(cut(c.bufs[0], out_rows), cut(c.srcs[0], in_rows), pg.secure_group)
+    all_to_all(cut(c.bufs[0], out_rows), cut(c.srcs[0], in_rows), pg.endpoint)
 
 
 def _all_to_all(pg, c: Call) -> None:
-    all_to_all(c.bufs, c.srcs, pg.secure_group)
+    all_to_all(c.bufs, c.srcs, pg.endpoint)
 
 
 def _gather(pg, c: Call) -> None:
-    gather(c.bufs if c.root == pg.rank() else None, c.srcs[0], c.root, pg.secure_group)
+    gather(c.bufs if c.root == pg.rank() else None, c.srcs[0], c.root, pg.endpoint)
 
 
 def _scatter(pg, c: Call) -> None:
-    scatter(c.bufs[0], c.srcs if c.root == pg.rank() else None, c.root, pg.secure_group)
+    scatter(c.bufs[0], c.srcs if c.root == pg.rank() else None, c.root, pg.endpoint)
 
 
 def _barrier(pg, c: Call) -> None:
     # A sealed one-element all-reduce: the host cannot fake a peer's arrival, and, queued
     # behind every earlier op of this group, it completes after them.
-    run_all_reduce(pg.secure_group, torch.zeros(1, dtype=torch.int32), Reduction.SUM)
+    run_all_reduce(pg.endpoint, torch.zeros(1, dtype=torch.int32), Reduction.SUM)
 
 
 # -- checks per op (the caller's thread; torch's signatures) -----------------------------------

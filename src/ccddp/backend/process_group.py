@@ -15,15 +15,16 @@ there is no plaintext fallback. The path of a sealed ``dist.all_reduce(t)``:
    the group's ``backend.queue.OpQueue`` (``submit``) and returns a
    ``backend.work.CollectiveWork``, whose future completes once the job has run;
 2. on the queue's thread ``Op.run`` calls the engine entry point ``ops._all_reduce`` ->
-   ``comm.collectives.run_all_reduce`` (``comm.hierarchy.hierarchical_all_reduce`` with
-   trust domains), then the write-back (``calls.write_back``);
+   ``comm.collectives.run_all_reduce(pg.endpoint, ...)`` (``comm.hierarchy.hierarchical_all_reduce``
+   with trust domains), then the write-back (``calls.write_back``); ``__init__`` made the
+   ``comm.endpoint.Endpoint`` on a session from ``comm.session.establish`` (keys, session id);
 3. ``collectives._run_ring`` posts a sealed descriptor to each neighbour
    (``_Descriptors``) and runs the ring's steps (``comm.plan.ring_plan``) in
    ``comm.pipeline.run_pipelined``: each segment sealed on its link's channel
-   (``_Pipeline.send_frame``: ``group.channels.tx(peer).seal_job``, a
+   (``_Pipeline.send_frame``: ``endpoint.channels.tx(peer).seal_job``, a
    ``crypto.channel.LinkChannel``, AES-256-GCM), each received one opened (``open_job``);
-4. ``comm.transport.Transport.isend``/``irecv`` post the frames on bare gloo connection
-   sets (:mod:`ccddp.backend.links`, one per link direction): the wire.
+4. ``endpoint.transport.isend``/``irecv`` (``comm.transport.Transport``) post the frames on
+   bare gloo connection sets (:mod:`ccddp.backend.links`, one per link direction): the wire.
 
 Those gloo sets come from a ``PrefixStore`` of the group's store: collectives,
 point-to-point, and, with trust domains larger than one rank, the domain's plaintext
@@ -55,7 +56,7 @@ from ccddp.backend.placement import DeviceOrder, Placement, choose, rates_from_p
 from ccddp.backend.queue import OpQueue
 from ccddp.backend.registration import BACKEND_NAME, SETTINGS_ENV, Options, settings_from_env
 from ccddp.backend.work import CollectiveWork
-from ccddp.comm import SecureGroup
+from ccddp.comm import Endpoint, establish
 from ccddp.comm.p2p import SealedPeerLinks
 from ccddp.comm.transport import Transport
 from ccddp.crypto.counters import CryptoCounters
@@ -86,14 +87,14 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         coll, down, p2p = internal_links(store, rank, size, gloo_timeout)
         self._internal = (coll, down, p2p)
         transport = Transport(coll, settings.timeout_s, downward=down)
-        self.secure_group = SecureGroup(settings, options.secret, pg=coll, transport=transport, ranks=ranks,
-                                        establishment=options.establishment)
+        # The session (keys, a fresh session id), then the endpoint the engine runs on (links, channels).
+        self.endpoint = Endpoint(establish(transport, settings, options.key_source(settings), ranks=ranks), transport)
         # Trust domains larger than one rank, proven (ranks that reached each other over sockets that
         # cannot leave the machine): plaintext only on those local links (ops.py: which ops use them).
-        self.domains, endpoint = prove_domains(self.secure_group)
-        self.domain_links = None if endpoint is None else domain_links(store, rank, self.domains, endpoint,
-                                                                        self.secure_group, ranks, gloo_timeout)
-        self.peer_links = SealedPeerLinks(self.secure_group, Transport(p2p, settings.timeout_s))
+        self.domains, local = prove_domains(self.endpoint)
+        self.domain_links = None if local is None else domain_links(store, rank, self.domains, local,
+                                                                     self.endpoint, ranks, gloo_timeout)
+        self.peer_links = SealedPeerLinks(self.endpoint, Transport(p2p, settings.timeout_s))
         self.settings = settings
         self.queue = OpQueue(f"ccddp-group-{group_id or 'default'}", counters=self._collective_counters)
         self._order = DeviceOrder()
@@ -176,7 +177,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
             return job
 
         def choosing() -> None:
-            transport = self.secure_group.transport
+            transport = self.endpoint.transport
             if not self._wire_chosen and transport.ordered is None:
                 self._wire_chosen = True
                 transport.ordered = device_wire(self._store, self.rank(), self.size(), self.settings,
@@ -189,7 +190,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     def device_wire(self) -> str | None:
         """What carries this group's device frames: ``"NCCL"`` (the ordered wire's name),
         ``"gloo"``, or None before the group's first op on CUDA tensors chose."""
-        wire = self.secure_group.transport.ordered
+        wire = self.endpoint.transport.ordered
         if wire is not None:
             return wire.name
         return "gloo" if self._wire_chosen else None
@@ -211,7 +212,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     def _collective_counters(self) -> dict:
         """The collectives' crypto counters: this group's links and the sealed shard ring's
         across trust domains."""
-        groups = [self.secure_group]
+        groups = [self.endpoint]
         if self.domain_links is not None and self.domain_links.cross is not None:
             groups.append(self.domain_links.cross)
         return CryptoCounters.total([g.counters.snapshot() for g in groups])
@@ -241,9 +242,9 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         The internal gloo links go with the process: gloo closes sockets abortively, and a
         peer may still be reading its last frames."""
         self.queue.close()
-        if self.secure_group.transport.ordered is not None:
-            self.secure_group.transport.ordered.close()
-        self.secure_group.close()
+        if self.endpoint.transport.ordered is not None:
+            self.endpoint.transport.ordered.close()
+        self.endpoint.close()
 
     def abort(self) -> None:
         self.shutdown()

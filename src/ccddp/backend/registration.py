@@ -49,6 +49,18 @@ class Options:
     secret: object = None
     establishment: object = None
 
+    def key_source(self, settings):
+        """Where the group's keys come from (``ccddp.comm.session.establish``): ``secret`` or
+        ``establishment``, else what the environment names for ``settings``."""
+        from ccddp.comm.session import key_source_from_env
+        from ccddp.errors import ConfigError
+
+        if self.secret is not None and self.establishment is not None:
+            raise ConfigError("pass either a pre-shared secret or an establishment, not both")
+        if self.secret is not None:
+            return self.secret
+        return self.establishment if self.establishment is not None else key_source_from_env(settings)
+
 
 def _torch_default_timeout_s() -> float:
     from torch.distributed.constants import default_pg_timeout

@@ -86,8 +86,8 @@ class SecureDDP(DistributedDataParallel):
         self.cc = cc
         if isinstance(pg, ProcessGroupCCDDP):
             # The engine group under the model's ccddp group: its secret, session id, links.
-            self.secure_group = pg.secure_group
-            self.hook_state = HookState(pg, pg.secure_group, pg.queue)
+            self.secure_group = pg.endpoint
+            self.hook_state = HookState(pg, pg.endpoint, pg.queue)
         else:
             self.secure_group = None
             self.hook_state = HookState(pg)

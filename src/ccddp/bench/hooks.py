@@ -18,7 +18,7 @@ import torch.distributed as dist
 class HookState:
     """Per-iteration timing marks of one DDP model, and the ccddp group it runs on.
 
-    ``group`` is the group's :class:`~ccddp.comm.SecureGroup` (None on a plaintext group)
+    ``group`` is the group's :class:`~ccddp.comm.Endpoint` (None on a plaintext group)
     and ``worker`` its op queue (``.failure``: the error that stopped it).
 
     Example::

@@ -2,7 +2,8 @@
 
 Each rank (or each host, if its ranks share one identity) gets a private key file; the
 allowlist holds only public keys and is copied to every host. Point the ranks at them
-and ``SecureGroup`` uses the authenticated X25519 exchange instead of a shared secret::
+and every group's session (``ccddp.comm.session.establish``) uses the authenticated X25519
+exchange instead of a shared secret::
 
     $ ccddp keygen --out keys --count 4
     $ export CCDDP_IDENTITY=keys/rank{rank}.pem CCDDP_ALLOWLIST=keys/allowlist.json

@@ -9,10 +9,12 @@ one module, none reaching back up:
    ``backend.queue.OpQueue``; the caller gets a work whose future the queue completes. The
    queue runs one op at a time and counts what each sealed and opened under its c10d name
    (``ProcessGroupCCDDP.crypto_counters(op)``).
-2. The job calls ``collectives.run_all_reduce(group, flat, reduction)`` -- the engine's
-   entry points (``run_*``) take checked input. It numbers the collective, posts a sealed
-   descriptor to its neighbours (``collectives._Descriptors``: ranks that call different
-   collectives fail with what differs) and picks the schedule: ``plan.ring_plan`` (steps as
+2. The job calls ``collectives.run_all_reduce(endpoint, flat, reduction)`` -- the engine's
+   entry points (``run_*``) take checked input and an ``endpoint.Endpoint``: the group's
+   agreed ``session.Session`` (keys, session id, settings; made by ``session.establish``)
+   with its links, channels, frame arenas and sequence counter. It numbers the
+   collective, posts a sealed descriptor to its neighbours (``collectives._Descriptors``:
+   ranks that call different collectives fail with what differs) and picks the schedule: ``plan.ring_plan`` (steps as
    data), run by ``pipeline`` (segments sealed on crypto threads while earlier ones are
    in flight), or, measurement-only, ``naive`` (``secure-naive``: the paper's whole-chunk
    schedule) or ``tree`` -- reached only where a benchmark's settings name them
@@ -21,8 +23,8 @@ one module, none reaching back up:
    ``plan.exchange_plan``, one sealed exchange (issue 42). ``probe`` (``CCDDP_PROBE``)
    times each stage of an op, off by default.
 3. Each schedule cuts its steps into typed frames (``frames.FrameSpec``: step, segment,
-   peer, region), takes their memory from the group's ``frames.FrameArena`` and seals and
-   opens them on the group's link channels (``group.channels``, a
+   peer, region), takes their memory from the endpoint's ``frames.FrameArena`` and seals
+   and opens them on the endpoint's link channels (``endpoint.channels``, a
    ``channels.LinkChannels``: ``tx(peer)``/``rx(peer)``, one ``crypto.channel.LinkChannel``
    per link direction, AES-256-GCM, counter nonces, the frame's context as AAD).
 4. ``transport.Transport`` moves the frames on bare gloo connection sets (one per link
@@ -41,8 +43,11 @@ Example::
     dist.all_reduce(grads)                   # steps 1-4 above
 """
 
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.group import SecureGroup
+from ccddp.comm.session import Session, establish, key_source_from_env
 from ccddp.comm.settings import IMPLS, CommSettings
 from ccddp.comm.transport import Transport
 
-__all__ = ["SecureGroup", "CommSettings", "IMPLS", "Transport"]
+__all__ = ["Endpoint", "Session", "establish", "key_source_from_env", "SecureGroup", "CommSettings", "IMPLS",
+           "Transport"]

@@ -3,10 +3,11 @@
 
 Invariant: they take checked input -- a flat, contiguous CPU tensor, a reduction defined for
 its dtype, sizes that fit the group -- which the ccddp backend makes sure of once, before it
-queues the op; nothing here checks it again. A :class:`SecureGroup`'s settings pick the
-schedule: ``ring`` (unsealed ring over P2P, the trust-domain hierarchy's inside a domain),
-``secure-naive`` (the paper's emulation) or ``secure`` (pipelined segments); and the
-algorithm: ``ring`` or ``tree``. Reductions (SUM, or any :class:`~ccddp.comm.reduce.Reduction`)
+queues the op; nothing here checks it again. The settings of the
+:class:`~ccddp.comm.endpoint.Endpoint` they run on pick the schedule: ``ring`` (unsealed
+ring over P2P, the trust-domain hierarchy's inside a domain), ``secure-naive`` (the
+paper's emulation) or ``secure`` (pipelined segments); and the algorithm: ``ring`` or
+``tree``. Reductions (SUM, or any :class:`~ccddp.comm.reduce.Reduction`)
 run in place; results equal ``dist.all_reduce`` up to summation order.
 
 With each secure collective each rank sends its ring neighbours a sealed descriptor (op,
@@ -16,9 +17,12 @@ instead of with a failed tag (see :class:`_Descriptors`).
 
 Example::
 
-    group = SecureGroup(CommSettings(impl="secure"), secret=GroupSecret.from_env(), transport=Transport.open(None, 60))
+    settings, transport = CommSettings(impl="secure"), Transport.open(None, 60)
+    group = Endpoint(establish(transport, settings, GroupSecret.from_env()), transport)
     grads = torch.randn(1 << 20)
     run_all_reduce(group, grads, Reduction.SUM)   # every hop AES-256-GCM sealed and verified
+
+The path from ``dist.all_reduce`` to here and on to the wire: :mod:`ccddp.comm.endpoint`.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import weakref
 import torch
 
 from ccddp.comm import probe
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.naive import run_naive
 from ccddp.comm.pipeline import dtype_name, run_pipelined
 from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, exchange_plan, ring_plan
@@ -47,7 +51,7 @@ _DESC = struct.Struct(f">BBQ{DTYPE_NAME_BYTES}sIB16s")
 WIRES = ("gloo", "an ordered wire (NCCL)")
 
 
-def _describe(g: SecureGroup, op: Op, numel: int, dtype: str, root: int, reduction: Reduction,
+def _describe(g: Endpoint, op: Op, numel: int, dtype: str, root: int, reduction: Reduction,
               wire: int = 0) -> bytes:
     return _DESC.pack(int(op), int(reduction), numel, dtype_field(dtype), root, wire, g.settings_digest)
 
@@ -96,7 +100,7 @@ class _Descriptors:
     data frames still fail their AAD check (or gloo stops on the size); none is accepted.
     """
 
-    def __init__(self, g: SecureGroup, seq: int, mine: bytes, send_to: list[int], recv_from: list[int]) -> None:
+    def __init__(self, g: Endpoint, seq: int, mine: bytes, send_to: list[int], recv_from: list[int]) -> None:
         self.g, self.seq, self.mine, self.recv_from = g, seq, mine, recv_from
         self.tag = data_tag(g, seq, mine)
         tr = g.transport
@@ -168,10 +172,10 @@ def _only_wire_differs(a: bytes, b: bytes) -> bool:
 
 # Per group, HMAC-SHA256 under its tag key with the key schedule done once (each tag copies
 # it); held no longer than the group (weak keys).
-_TAG_MACS: "weakref.WeakKeyDictionary[SecureGroup, object]" = weakref.WeakKeyDictionary()
+_TAG_MACS: "weakref.WeakKeyDictionary[Endpoint, object]" = weakref.WeakKeyDictionary()
 
 
-def data_tag(g: SecureGroup, seq: int, descriptor: bytes) -> int:
+def data_tag(g: Endpoint, seq: int, descriptor: bytes) -> int:
     """The gloo tag (1 .. 2^31-1) of collective ``seq``'s data: a keyed hash of its
     descriptor, so only ranks that agree on the collective pair up their messages."""
     base = _TAG_MACS.get(g)
@@ -201,7 +205,7 @@ class _Unchecked:
         pass
 
 
-def _exchange(g: SecureGroup, seq: int, op: Op, numel: int, dtype: str, root: int,
+def _exchange(g: Endpoint, seq: int, op: Op, numel: int, dtype: str, root: int,
               send_to: list[int], recv_from: list[int],
               reduction: Reduction = Reduction.SUM, wire: int = 0) -> _Descriptors | _Unchecked:
     """Post the descriptor exchange, if these settings run with one (``wire``: the index
@@ -212,7 +216,7 @@ def _exchange(g: SecureGroup, seq: int, op: Op, numel: int, dtype: str, root: in
     return _Descriptors(g, seq, _describe(g, op, numel, dtype, root, reduction, wire), send_to, recv_from)
 
 
-def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, root: int = 0,
+def _run_ring(g: Endpoint, flat: torch.Tensor, steps: list[Step], op: Op, root: int = 0,
               reduction: Reduction = Reduction.SUM) -> None:
     if not steps:
         return  # a one-rank group: nothing to send, the result is already in place
@@ -245,7 +249,7 @@ def _run_ring(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, roo
 EXCHANGE_MAX_BYTES = 1 << 20
 
 
-def exchanges(group: SecureGroup, flat: torch.Tensor) -> bool:
+def exchanges(group: Endpoint, flat: torch.Tensor) -> bool:
     """Whether ``group`` all-reduces ``flat`` in one exchange: two ranks, the pipelined
     sealed schedule, at most :data:`EXCHANGE_MAX_BYTES`. One round trip instead of two
     (each ~0.3 ms of gloo rendezvous on a busy 2-core machine), one seal and one open
@@ -457,7 +461,7 @@ def _run_prepared(g: SecureGroup, flat: torch.Tensor, p: PreparedExchange, reduc
 # settings secure (or the plaintext ring): what the ccddp backend has made sure of before it
 # calls these, so a sealed op pays for no second round of checks.
 
-def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction, *, exchange: bool = True) -> None:
+def run_all_reduce(group: Endpoint, flat: torch.Tensor, reduction: Reduction, *, exchange: bool = True) -> None:
     """Reduce ``flat`` over the group in place (the sealed ring or tree; a two-rank group's
     small one in one exchange unless ``exchange`` is False: every rank must pass the same)."""
     s = group.settings
@@ -488,7 +492,7 @@ def run_all_reduce(group: SecureGroup, flat: torch.Tensor, reduction: Reduction,
         probe.stamp("engine: finish")
 
 
-def run_reduce_scatter(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor, reduction: Reduction,
+def run_reduce_scatter(group: Endpoint, out: torch.Tensor, inp: torch.Tensor, reduction: Reduction,
                        bounds: list[tuple[int, int]] | None = None) -> None:
     """``out`` = the reduction of chunk ``rank`` of ``inp`` (``bounds``: the chunks, if
     uneven); ``inp`` is unchanged."""
@@ -501,7 +505,7 @@ def run_reduce_scatter(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor,
     reduction.finish(out, n)
 
 
-def run_all_gather(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor | None,
+def run_all_gather(group: Endpoint, out: torch.Tensor, inp: torch.Tensor | None,
                    bounds: list[tuple[int, int]] | None = None) -> None:
     """``out`` = every rank's ``inp`` in rank order (``bounds``: where each goes, if uneven;
     ``inp=None``: this rank's part is in ``out`` already)."""
@@ -511,7 +515,7 @@ def run_all_gather(group: SecureGroup, out: torch.Tensor, inp: torch.Tensor | No
     _run_ring(group, out, _plan(group.rank, group.world_size, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
 
 
-def run_reduce_scatter_in_place(group: SecureGroup, flat: torch.Tensor, reduction: Reduction,
+def run_reduce_scatter_in_place(group: Endpoint, flat: torch.Tensor, reduction: Reduction,
                                 bounds: list[tuple[int, int]] | None = None) -> None:
     """Chunk ``rank`` of ``flat`` (``bounds``: the chunks, if uneven) becomes its reduction
     over the group, in place (no ``finish``: what follows completes the all-reduce); the
@@ -520,7 +524,7 @@ def run_reduce_scatter_in_place(group: SecureGroup, flat: torch.Tensor, reductio
               Op.REDUCE_SCATTER, reduction=reduction)
 
 
-def run_broadcast(group: SecureGroup, flat: torch.Tensor, src: int) -> None:
+def run_broadcast(group: Endpoint, flat: torch.Tensor, src: int) -> None:
     """Copy group rank ``src``'s ``flat`` to every rank (pipelined chain), in place."""
     _run_ring(group, flat, chain_broadcast_plan(group.rank, group.world_size, flat.numel(), src), Op.BROADCAST,
               root=src)

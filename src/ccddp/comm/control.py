@@ -7,7 +7,7 @@ unpickled: messages are bytes, or JSON parsed after authentication.
 
 Example::
 
-    group = SecureGroup(CommSettings(impl="secure"), transport=Transport.open(None, 60))
+    group = SecureGroup(CommSettings(impl="secure"), transport=Transport.open(None, 60))   # an Endpoint
     counts = gather_json({"wrong": 0, "ms": 12.5}, group)   # one dict per rank, authenticated
     ok = all(c["wrong"] == 0 for c in counts)
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from ccddp.comm.collectives import run_all_gather
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.transport import MAX_CONTROL_BYTES, exchange_bytes, gather_blobs
 from ccddp.crypto.wirejson import parse_json
 from ccddp.errors import ConfigError
@@ -26,7 +26,7 @@ from ccddp.errors import ConfigError
 _MAX_DEPTH = 64
 
 
-def gather_sealed(blob: bytes, group: SecureGroup) -> list[bytes]:
+def gather_sealed(blob: bytes, group: Endpoint) -> list[bytes]:
     """Every rank's ``blob``, in rank order, each sealed on the group's links (its length
     too) and verified on arrival: a forged or altered message raises
     :class:`~ccddp.errors.IntegrityError` instead of being returned.
@@ -39,7 +39,7 @@ def gather_sealed(blob: bytes, group: SecureGroup) -> list[bytes]:
     return _gather(blob, group)
 
 
-def gather_json(obj, group: SecureGroup) -> list:
+def gather_json(obj, group: Endpoint) -> list:
     """Every rank's JSON-serializable ``obj``, in rank order.
 
     On a secure group the messages are sealed (:func:`gather_sealed`). On a plaintext group
@@ -70,7 +70,7 @@ def parse_messages(blobs: list[bytes]) -> list:
                        max_depth=_MAX_DEPTH, allow_nan=True) for r, b in enumerate(blobs)]
 
 
-def _gather(blob: bytes, group: SecureGroup) -> list[bytes]:
+def _gather(blob: bytes, group: Endpoint) -> list[bytes]:
     # gather_blobs hands over flat CPU tensors of one dtype, the output world_size times the
     # input: the engine's checked input.
     return gather_blobs(blob, group.world_size, lambda out, inp: run_all_gather(group, out, inp))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ccddp.comm.collectives import _exchange
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.pipeline import dtype_name
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
@@ -38,7 +38,7 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.view(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
 
 
-def _pairwise(g: SecureGroup, op: Op, sends: dict[int, torch.Tensor], recvs: dict[int, torch.Tensor],
+def _pairwise(g: Endpoint, op: Op, sends: dict[int, torch.Tensor], recvs: dict[int, torch.Tensor],
               dtype: str, numel: int, root: int) -> None:
     """Send ``sends[p]`` to ``p`` and receive ``recvs[p]`` from ``p`` (flat CPU tensors of
     one dtype), each message sealed for its link."""
@@ -85,7 +85,7 @@ def _dtype_of(tensors: list[torch.Tensor], what: str) -> torch.dtype:
     return dtypes.pop()
 
 
-def all_to_all(outputs: list[torch.Tensor], inputs: list[torch.Tensor], group: SecureGroup) -> list[torch.Tensor]:
+def all_to_all(outputs: list[torch.Tensor], inputs: list[torch.Tensor], group: Endpoint) -> list[torch.Tensor]:
     """``outputs[p]`` on rank r = ``inputs[r]`` on rank p; sizes may differ per pair."""
     n, r = group.world_size, group.rank
     if len(outputs) != n or len(inputs) != n:
@@ -102,7 +102,7 @@ def all_to_all(outputs: list[torch.Tensor], inputs: list[torch.Tensor], group: S
     return outputs
 
 
-def gather(outputs: list[torch.Tensor] | None, input: torch.Tensor, dst: int, group: SecureGroup) -> None:
+def gather(outputs: list[torch.Tensor] | None, input: torch.Tensor, dst: int, group: Endpoint) -> None:
     """On rank ``dst``, ``outputs[p]`` = ``input`` of rank p; other ranks pass ``outputs=None``."""
     n, r = group.world_size, group.rank
     if not 0 <= dst < n:
@@ -121,7 +121,7 @@ def gather(outputs: list[torch.Tensor] | None, input: torch.Tensor, dst: int, gr
         _pairwise(group, Op.GATHER, {dst: inp}, {}, dtype_name(inp), inp.numel(), dst)
 
 
-def scatter(output: torch.Tensor, inputs: list[torch.Tensor] | None, src: int, group: SecureGroup) -> None:
+def scatter(output: torch.Tensor, inputs: list[torch.Tensor] | None, src: int, group: Endpoint) -> None:
     """``output`` on rank p = ``inputs[p]`` of rank ``src``; other ranks pass ``inputs=None``."""
     n, r = group.world_size, group.rank
     if not 0 <= src < n:

@@ -60,7 +60,7 @@ import torch
 
 from ccddp.comm.collectives import run_all_gather, run_all_reduce, run_broadcast, run_reduce_scatter_in_place
 from ccddp.comm.domains import DomainMap
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.plan import chunk_bounds, sized_bounds
 from ccddp.comm.reduce import Reduction
 from ccddp.errors import ConfigError, FrameLabel
@@ -76,8 +76,8 @@ class DomainLinks:
 
     map: DomainMap
     rank: int
-    local: SecureGroup
-    cross: SecureGroup | None
+    local: Endpoint
+    cross: Endpoint | None
 
     @property
     def world_size(self) -> int:
@@ -177,7 +177,7 @@ def hierarchical_reduce_scatter(links: DomainLinks, out: torch.Tensor, inp: torc
     reduction.finish(out, n)
 
 
-def _hand_over(local: SecureGroup, parts: list[tuple[int, torch.Tensor]]) -> None:
+def _hand_over(local: Endpoint, parts: list[tuple[int, torch.Tensor]]) -> None:
     """Send each ``(local rank, chunk)`` of ``parts`` to its rank, in plaintext."""
     t = local.transport
     # gloo's point-to-point takes host memory only: a device chunk goes through a host copy.
@@ -186,7 +186,7 @@ def _hand_over(local: SecureGroup, parts: list[tuple[int, torch.Tensor]]) -> Non
         t.wait(w, peer, FrameLabel(f"{local.rank}->{peer}", "reduce_scatter hand-over", 2))
 
 
-def _take_over(local: SecureGroup, holder: int, out: torch.Tensor) -> None:
+def _take_over(local: Endpoint, holder: int, out: torch.Tensor) -> None:
     """Receive this rank's chunk from local rank ``holder``, in plaintext."""
     if not out.numel():
         return

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 
 from ccddp.comm.frames import FrameSpec, frames_of
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.plan import Step
 from ccddp.comm.reduce import Reduction
@@ -20,7 +20,7 @@ from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
 from ccddp.errors import FrameLabel
 
 
-def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
+def run_naive(g: Endpoint, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
               tag: int, gate: Callable[[], None], reduction: Reduction = Reduction.SUM) -> None:
     """Run ``steps`` on ``flat`` in place, one whole-chunk message per step (cut into
     frames only where a chunk exceeds what one AES-GCM call takes), on gloo tag ``tag``;
@@ -31,7 +31,7 @@ def run_naive(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq
         _run_step(g, flat, st, op, seq, tag, gate, reduction)
 
 
-def _run_step(g: SecureGroup, flat: torch.Tensor, st: Step, op: Op, seq: int, tag: int, gate,
+def _run_step(g: Endpoint, flat: torch.Tensor, st: Step, op: Op, seq: int, tag: int, gate,
               reduction: Reduction) -> None:
     isz, u8, dtype, tr = flat.element_size(), flat.view(torch.uint8), dtype_name(flat), g.transport
     where = f"{op.name.lower()}#{seq}"

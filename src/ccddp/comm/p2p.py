@@ -36,7 +36,7 @@ from datetime import timedelta
 
 import torch
 
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.transport import Transport
 from ccddp.crypto.aad import FrameContext, Op, Phase
@@ -103,7 +103,7 @@ class PendingRecv:
 class SealedPeerLinks:
     """Sealed ``send``/``recv`` between the ranks of ``group`` over ``transport``."""
 
-    def __init__(self, group: SecureGroup, transport: Transport) -> None:
+    def __init__(self, group: Endpoint, transport: Transport) -> None:
         if group.secret is None:
             raise ConfigError("sealed point-to-point messages need the group's key material")
         self.group = group

@@ -42,7 +42,7 @@ import torch
 
 from ccddp.comm import probe, transport
 from ccddp.comm.frames import FrameSpec, SlotState, step_frames
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.ordered import OrderedWire
 from ccddp.comm.plan import Step
 from ccddp.comm.reduce import Reduction
@@ -130,7 +130,7 @@ def _run_all(jobs) -> None:
 
 
 class _Pipeline:
-    def __init__(self, g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int,
+    def __init__(self, g: Endpoint, flat: torch.Tensor, steps: list[Step], op: Op, seq: int,
                  *, secure: bool, seg_bytes: int | None, group_key: bool, tag: int, gate,
                  reduction: Reduction = Reduction.SUM, wire: OrderedWire | None = None) -> None:
         self.g, self.flat, self.steps, self.op, self.seq = g, flat, steps, op, seq
@@ -491,7 +491,7 @@ class _Pipeline:
                 self.slots[k] = SendSlot(SlotState.SENDING, work, peer)
 
 
-def run_pipelined(g: SecureGroup, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
+def run_pipelined(g: Endpoint, flat: torch.Tensor, steps: list[Step], op: Op, seq: int, *,
                   secure: bool, seg_bytes: int | None, group_key: bool = False, tag: int,
                   gate: Callable[[], None], reduction: Reduction = Reduction.SUM,
                   wire: OrderedWire | None = None) -> None:

@@ -175,7 +175,7 @@ class CommSettings:
         crypto engine and the placement of device tensors, whose frames are the same
         either way, may differ; the trust-domain setting is agreed on by itself)."""
         d = self.as_dict()
-        # trust_domains: agreed on by itself (SecureGroup's "trust domains" context).
+        # trust_domains: agreed on by itself (the session's "trust domains" context).
         for local in ("timeout_s", "chains", "aead_engine", "pad_budget_bytes", "placement", "trust_domains"):
             d.pop(local)
         return json.dumps(d, sort_keys=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from ccddp.comm import pipeline
-from ccddp.comm.group import SecureGroup
+from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.plan import segment_bounds
 from ccddp.comm.reduce import Reduction
@@ -38,7 +38,7 @@ def _links_in(rank: int, n: int) -> int:
     return len(children) + (parent is not None)
 
 
-def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: bool,
+def run_tree_allreduce(g: Endpoint, flat: torch.Tensor, seq: int, *, secure: bool,
                        seg_bytes: int | None, tag: int, gate: Callable[[], None],
                        reduction: Reduction = Reduction.SUM) -> None:
     """Reduce ``flat`` over the group in place (``reduction``, SUM by default), its messages
@@ -62,7 +62,7 @@ def run_tree_allreduce(g: SecureGroup, flat: torch.Tensor, seq: int, *, secure: 
             g.counters.add_message(sealed=False)
 
 
-def _tree_round(g: SecureGroup, flat: torch.Tensor, seq: int, secure: bool, all_segs: list, js: range,
+def _tree_round(g: Endpoint, flat: torch.Tensor, seq: int, secure: bool, all_segs: list, js: range,
                 parent: int | None, children: list[int], tag: int, gate: Callable[[], None],
                 reduction: Reduction) -> None:
     """Segments ``js`` up the tree and back down; returns when all their frames are done."""

@@ -37,8 +37,9 @@ Example::
     keys = est.run(rank=0, world_size=1, exchange=lambda blob: [blob])
     keys.session_id          # 16 bytes, fresh every run
 
-``SecureGroup(settings, establishment=KeyEstablishment.from_env())`` does this on a
-process group; ``CCDDP_IDENTITY`` / ``CCDDP_ALLOWLIST`` select it without code changes.
+``ccddp.comm.session.establish(transport, settings, KeyEstablishment.from_env())`` does
+this on a process group's links; ``CCDDP_IDENTITY`` / ``CCDDP_ALLOWLIST`` select it
+without code changes (``ccddp.comm.session.key_source_from_env``).
 """
 
 from __future__ import annotations
@@ -355,9 +356,10 @@ class KeyEstablishment:
     """Runs the authenticated X25519 exchange (three rounds) for one rank.
 
     ``exchange(blob) -> [blob of rank 0, ..., blob of rank n-1]`` is an all-gather of
-    bytes over any transport, trusted or not (``SecureGroup`` passes one over its process
-    group). ``context`` must be equal on all ranks (``SecureGroup`` passes its settings
-    fingerprint), so a rank started with other settings fails here already.
+    bytes over any transport, trusted or not (``ccddp.comm.session.establish`` passes one
+    over the group's links). ``context`` must be equal on all ranks (``establish`` passes
+    the group's ranks and settings fingerprint), so a rank started with other settings
+    fails here already.
     """
 
     def __init__(self, identity: Identity, verifier: AttestationVerifier) -> None:

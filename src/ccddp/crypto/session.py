@@ -27,9 +27,9 @@ a MAC still lets someone who *guesses* the secret check the guess, which is why
 
 Example::
 
-    session = agree_session(secret, rank=0, world_size=1, exchange=lambda blob: [blob],
-                            context={"world size": 1})
-    len(session.session_id)      # 16, fresh every call
+    agreed = agree_session(secret, rank=0, world_size=1, exchange=lambda blob: [blob],
+                           context={"world size": 1})
+    len(agreed.session_id)      # 16, fresh every call
 """
 
 from __future__ import annotations
@@ -64,16 +64,17 @@ Exchange = Callable[[bytes], "list[bytes]"]
 
 
 @dataclass(frozen=True)
-class Session:
+class Agreement:
     """What a confirmed setup yields: the session id keys are derived with, and the
-    transcript hash it came from (every rank of the group holds the same two)."""
+    transcript hash it came from (every rank of the group holds the same two). The
+    group's runtime session record is :class:`ccddp.comm.session.Session`, built from it."""
 
     session_id: bytes
     transcript: bytes
 
 
 def agree_session(secret: GroupSecret | None, rank: int, world_size: int, exchange: Exchange, *,
-                  context: Mapping[str, object]) -> Session:
+                  context: Mapping[str, object]) -> Agreement:
     """Run the three-round setup (one round, the hello, without a secret: plaintext groups
     only check that they agree). Raises :class:`ConfigError` on every rank when ranks
     disagree or the exchange was altered.
@@ -87,11 +88,11 @@ def agree_session(secret: GroupSecret | None, rank: int, world_size: int, exchan
     problem = _check_hellos(rank, world_size, mine, context, hellos)
     transcript = hashlib.sha256(_LABEL + b"transcript" + struct.pack(">I", world_size)
                                 + b"".join(struct.pack(">I", len(h)) + h for h in hellos)).digest()
-    session = Session(hashlib.sha256(_LABEL + b"id" + transcript).digest()[:SESSION_ID_BYTES], transcript)
+    agreed = Agreement(hashlib.sha256(_LABEL + b"id" + transcript).digest()[:SESSION_ID_BYTES], transcript)
     if secret is None:
         if problem:
             raise ConfigError(problem)
-        return session
+        return agreed
 
     key = _hkdf(secret.value, transcript, _LABEL + b"confirm-key")
 
@@ -112,7 +113,7 @@ def agree_session(secret: GroupSecret | None, rank: int, world_size: int, exchan
                            "verdict does not authenticate: the setup exchange was altered")
     if problem is not None:
         raise ConfigError(problem)
-    return session
+    return agreed
 
 
 def _check_hellos(rank: int, world_size: int, mine: bytes, context: Mapping[str, object],
