@@ -149,7 +149,7 @@ class _Descriptors:
             raise mismatch
 
 
-def _differs(g: SecureGroup, seq: int, p: int, theirs: bytes, mine: bytes) -> ConfigError:
+def _differs(g: Endpoint, seq: int, p: int, theirs: bytes, mine: bytes) -> ConfigError:
     """The error that says how rank ``p``'s descriptor ``theirs`` differs from ours."""
     if theirs[-16:] != mine[-16:]:
         return ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
@@ -304,7 +304,7 @@ class PreparedExchange:
                  "d_rx", "d_rx_np", "theirs", "nbytes", "x_tx", "x_tx_np", "x_rx", "x_rx_np", "opened",
                  "opened_np", "tx_link", "rx_link", "plain_at", "plain_np")
 
-    def __init__(self, g: SecureGroup, numel: int, dtype: torch.dtype, reduction: Reduction) -> None:
+    def __init__(self, g: Endpoint, numel: int, dtype: torch.dtype, reduction: Reduction) -> None:
         rank = g.rank
         (st,) = exchange_plan(rank, numel)
         peer = self.peer = st.send_peer
@@ -348,10 +348,10 @@ class PreparedExchange:
         return self.plain_np
 
 
-_PREPARED: "weakref.WeakKeyDictionary[SecureGroup, dict]" = weakref.WeakKeyDictionary()
+_PREPARED: "weakref.WeakKeyDictionary[Endpoint, dict]" = weakref.WeakKeyDictionary()
 
 
-def prepared_exchange(g: SecureGroup, flat: torch.Tensor, reduction: Reduction) -> PreparedExchange | None:
+def prepared_exchange(g: Endpoint, flat: torch.Tensor, reduction: Reduction) -> PreparedExchange | None:
     """The prepared op of ``flat``'s shape, or None where the exchange takes the pipeline:
     no descriptors, frames not host memory that gloo carries as it is, several segments
     (a ``segment_bytes`` below the op's size), or nothing to send."""
@@ -376,7 +376,7 @@ def prepared_exchange(g: SecureGroup, flat: torch.Tensor, reduction: Reduction) 
     return p
 
 
-def _run_prepared(g: SecureGroup, flat: torch.Tensor, p: PreparedExchange, reduction: Reduction) -> None:
+def _run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction: Reduction) -> None:
     """The exchange all-reduce of ``flat`` with its prepared op: what ``_run_ring`` with
     :func:`exchange_plan` does, frame for frame (module comment above)."""
     seq = g.next_seq()
