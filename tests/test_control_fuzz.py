@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ccddp.comm import control
-from ccddp.comm.collectives import _DESC, _explain
+from ccddp.comm.descriptors import DESC as _DESC, explain as _explain
 from ccddp.crypto.establish import Allowlist, EstablishedKeys, Identity, KeyEstablishment, parse_message
 from ccddp.crypto.keys import GroupSecret
 from ccddp.crypto.session import Agreement, agree_session

@@ -54,7 +54,7 @@ def _exchange_rank(rank, n):
         return real(g, flat, steps, op, *a, **k)
 
     collectives._run_ring = seen
-    real_prepared = collectives._run_prepared
+    real_prepared = collectives.run_prepared
     prepared = []
 
     def seen_prepared(g, flat, p, reduction):
@@ -62,7 +62,7 @@ def _exchange_rank(rank, n):
         prepared.append(p.key)
         return real_prepared(g, flat, p, reduction)
 
-    collectives._run_prepared = seen_prepared
+    collectives.run_prepared = seen_prepared
     for chains in (1, 2):
         g = _group(chains=chains, segment_bytes=1024)
         gen = torch.Generator().manual_seed(rank)
@@ -220,7 +220,8 @@ class _FakeGroup:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 def test_prepared_aads_equal_frame_context(dtype):
-    from ccddp.comm.collectives import PreparedExchange, _describe
+    from ccddp.comm.descriptors import describe as _describe
+    from ccddp.comm.prepared import PreparedExchange
     from ccddp.comm.plan import exchange_plan
     from ccddp.comm.reduce import Reduction
     from ccddp.crypto.aad import FrameContext, Op, Phase
@@ -248,37 +249,37 @@ def test_prepared_aads_equal_frame_context(dtype):
 
 
 def test_a_changed_shape_gets_a_new_prepared_op():
-    from ccddp.comm import collectives
+    from ccddp.comm import prepared
     from ccddp.comm.reduce import Reduction
 
     g = _FakeGroup()
     x = torch.ones(100)
-    p = collectives.prepared_exchange(g, x, Reduction.SUM)
-    assert p is not None and collectives.prepared_exchange(g, torch.zeros(100), Reduction.SUM) is p
-    others = [collectives.prepared_exchange(g, torch.ones(101), Reduction.SUM),
-              collectives.prepared_exchange(g, torch.ones(100, dtype=torch.float16), Reduction.SUM),
-              collectives.prepared_exchange(g, x, Reduction.MAX)]
+    p = prepared.prepared_exchange(g, x, Reduction.SUM)
+    assert p is not None and prepared.prepared_exchange(g, torch.zeros(100), Reduction.SUM) is p
+    others = [prepared.prepared_exchange(g, torch.ones(101), Reduction.SUM),
+              prepared.prepared_exchange(g, torch.ones(100, dtype=torch.float16), Reduction.SUM),
+              prepared.prepared_exchange(g, x, Reduction.MAX)]
     assert len({id(o) for o in others + [p]}) == 4
     assert [o.key for o in others] == [(101, torch.float32, Reduction.SUM), (100, torch.float16, Reduction.SUM),
                                        (100, torch.float32, Reduction.MAX)]
     assert others[0].x_rx.numel() == 101 * 4 + 16 and others[1].opened.dtype == torch.float16
     # Another group has its own.
-    assert collectives.prepared_exchange(_FakeGroup(), x, Reduction.SUM) is not p
+    assert prepared.prepared_exchange(_FakeGroup(), x, Reduction.SUM) is not p
     # The pipeline runs what is not one host frame each way.
-    assert collectives.prepared_exchange(_FakeGroup(segment_bytes=1024), torch.ones(257), Reduction.SUM) is None
-    assert collectives.prepared_exchange(_FakeGroup(segment_bytes=1024), torch.ones(256), Reduction.SUM) is not None
-    assert collectives.prepared_exchange(_FakeGroup(check_descriptors=False), x, Reduction.SUM) is None
-    assert collectives.prepared_exchange(g, torch.ones(0), Reduction.SUM) is None
+    assert prepared.prepared_exchange(_FakeGroup(segment_bytes=1024), torch.ones(257), Reduction.SUM) is None
+    assert prepared.prepared_exchange(_FakeGroup(segment_bytes=1024), torch.ones(256), Reduction.SUM) is not None
+    assert prepared.prepared_exchange(_FakeGroup(check_descriptors=False), x, Reduction.SUM) is None
+    assert prepared.prepared_exchange(g, torch.ones(0), Reduction.SUM) is None
     staged = _FakeGroup()
     staged.transport.host_device_types = frozenset()
-    assert collectives.prepared_exchange(staged, x, Reduction.SUM) is None
+    assert prepared.prepared_exchange(staged, x, Reduction.SUM) is None
     # Kept per group, least recently used dropped.
     many = _FakeGroup()
-    first = collectives.prepared_exchange(many, torch.ones(1), Reduction.SUM)
-    for n in range(2, collectives.PREPARED_MAX + 2):
-        collectives.prepared_exchange(many, torch.ones(n), Reduction.SUM)
-    assert len(collectives._PREPARED[many]) == collectives.PREPARED_MAX
-    assert collectives.prepared_exchange(many, torch.ones(1), Reduction.SUM) is not first
+    first = prepared.prepared_exchange(many, torch.ones(1), Reduction.SUM)
+    for n in range(2, prepared.PREPARED_MAX + 2):
+        prepared.prepared_exchange(many, torch.ones(n), Reduction.SUM)
+    assert len(prepared._PREPARED[many]) == prepared.PREPARED_MAX
+    assert prepared.prepared_exchange(many, torch.ones(1), Reduction.SUM) is not first
 
 
 def _prepared_rank(rank, n):
@@ -287,7 +288,7 @@ def _prepared_rank(rank, n):
     import torch.distributed as dist
 
     from ccddp.bench.reference import all_reduce
-    from ccddp.comm import collectives
+    from ccddp.comm import prepared
     from ccddp.comm.reduce import Reduction
     from ccddp.crypto.counters import CryptoCounters
 
@@ -304,7 +305,7 @@ def _prepared_rank(rank, n):
                     x = (torch.randn(numel, generator=gen) * 100).to(dtype)
                     got = {}
                     for mode in ("prepared", "pipeline", "mixed"):
-                        collectives.PREPARED = mode == "prepared" or (mode == "mixed" and rank == 0)
+                        prepared.PREPARED = mode == "prepared" or (mode == "mixed" and rank == 0)
                         before, k = g.counters.snapshot(), len(nonces)
                         got[mode] = all_reduce(x.clone(), g, op=getattr(Reduction, red))
                         diff = CryptoCounters.diff(g.counters.snapshot(), before)
@@ -319,7 +320,7 @@ def _prepared_rank(rank, n):
                                            == got["mixed counters"])
                     out["nonces"].append(got["prepared nonces"] == got["pipeline nonces"] == 4)
     finally:
-        collectives.PREPARED = True
+        prepared.PREPARED = True
         g.close()
     return {k: all(v) for k, v in out.items() if v} | {"cases": len(out["same"])}
 
@@ -334,7 +335,7 @@ def _tamper_rank(rank, n):
     import torch.distributed as dist
 
     from ccddp.bench.reference import all_reduce
-    from ccddp.comm import CommSettings, SecureGroup, collectives
+    from ccddp.comm import CommSettings, SecureGroup, prepared
     from ccddp.comm.reduce import Reduction
     from ccddp.crypto import GroupSecret
     from ccddp.errors import IntegrityError
@@ -351,7 +352,7 @@ def _tamper_rank(rank, n):
         try:
             for i in range(ops):
                 x = torch.full((1024,), float(rank + 1))
-                p = collectives.prepared_exchange(g, x, Reduction.SUM)
+                p = prepared.prepared_exchange(g, x, Reduction.SUM)
                 try:
                     all_reduce(x, g)
                     out[attack, i] = ("ok", float(x[0]))

@@ -19,7 +19,7 @@ there is no plaintext fallback. The path of a sealed ``dist.all_reduce(t)``:
    with trust domains), then the write-back (``calls.write_back``); ``__init__`` made the
    ``comm.endpoint.Endpoint`` on a session from ``comm.session.establish`` (keys, session id);
 3. ``collectives._run_ring`` posts a sealed descriptor to each neighbour
-   (``_Descriptors``) and runs the ring's steps (``comm.plan.ring_plan``) in
+   (``comm.descriptors``) and runs the ring's steps (``comm.plan.ring_plan``) in
    ``comm.pipeline.run_pipelined``: each segment sealed on its link's channel
    (``_Pipeline.send_frame``: ``endpoint.channels.tx(peer).seal_job``, a
    ``crypto.channel.LinkChannel``, AES-256-GCM), each received one opened (``open_job``);

@@ -13,7 +13,7 @@ one module, none reaching back up:
    entry points (``run_*``) take checked input and an ``endpoint.Endpoint``: the group's
    agreed ``session.Session`` (keys, session id, settings; made by ``session.establish``)
    with its links, channels, frame arenas and sequence counter. It numbers the
-   collective, posts a sealed descriptor to its neighbours (``collectives._Descriptors``:
+   collective, posts a sealed descriptor to its neighbours (``descriptors.Descriptors``:
    ranks that call different collectives fail with what differs) and picks the schedule: ``plan.ring_plan`` (steps as
    data), run by ``pipeline`` (segments sealed on crypto threads while earlier ones are
    in flight), or, measurement-only, ``naive`` (``secure-naive``: the paper's whole-chunk

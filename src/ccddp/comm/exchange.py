@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ccddp.comm.collectives import _exchange
+from ccddp.comm.descriptors import post_descriptors
 from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.pipeline import dtype_name
 from ccddp.crypto.aad import FrameContext, Op, Phase
@@ -49,7 +49,7 @@ def _pairwise(g: Endpoint, op: Op, sends: dict[int, torch.Tensor], recvs: dict[i
     seq = g.next_seq()
     where = f"{where}#{seq}"
     peers = sorted(set(sends) | set(recvs))
-    desc = _exchange(g, seq, op, numel, dtype, root, peers, peers)
+    desc = post_descriptors(g, seq, op, numel, dtype, root, peers, peers)
     tr = g.transport
 
     def aad(src: int, dst: int, nbytes: int) -> bytes:

@@ -72,7 +72,7 @@ class Session:
     secret: GroupSecret | None = field(repr=False)
     #: The key exchange's pairwise keys, where the session came from one.
     keys: EstablishedKeys | None = field(repr=False)
-    #: Keys the gloo tags of collectives' data (``collectives.data_tag``): a tag is seen on
+    #: Keys the gloo tags of collectives' data (``descriptors.data_tag``): a tag is seen on
     #: the wire and must not give away a hash of the descriptor it stands for. Empty when
     #: plaintext (no descriptors, data on tag 0).
     tag_key: bytes = field(repr=False)

@@ -1,0 +1,230 @@
+"""The two-rank all-reduce exchange, prepared once per shape (issue 42).
+
+A small sealed all-reduce's cost is per-op Python, not AES-GCM: building the descriptor,
+its buffers and AADs, the pipeline's frame specs, arena views, send slots and jobs. A
+two-rank all-reduce of at most :data:`~ccddp.comm.collectives.EXCHANGE_MAX_BYTES` is one
+frame each way (:func:`~ccddp.comm.plan.exchange_plan`), so its fixed parts are kept per
+shape and the op runs straight through.
+
+Invariants:
+
+- the same frames, AADs, nonces, tags and crypto counters as the generic pipeline, in the
+  same order (a rank on either path pairs with a rank on the other; tests compare them);
+- nothing secret or per-op is kept: nonces are taken from the link channels at each op,
+  the data tag and every AAD's sequence number are computed at each op;
+- the descriptor check's guarantee (:mod:`ccddp.comm.descriptors`): the peer's descriptor
+  is opened and compared before its data is waited for;
+- authenticated before use: the peer's frame opens into a buffer of its own (pyca refuses
+  overlapping buffers) and is reduced only after its tag verified; on failure that buffer
+  is zeroed and ``flat`` untouched;
+- bounded: at most :data:`PREPARED_MAX` shapes per endpoint (least recently used
+  dropped), each holding at most three buffers of :data:`PREPARED_BUFFER_BYTES`.
+
+Example::
+
+    p = prepared_exchange(endpoint, flat, Reduction.SUM)    # None: the pipeline runs it
+    if p is not None:
+        run_prepared(endpoint, flat, p, Reduction.SUM)
+"""
+
+from __future__ import annotations
+
+import struct
+import weakref
+
+import torch
+
+from ccddp.comm import probe
+from ccddp.comm.descriptors import data_tag, describe, differs
+from ccddp.comm.endpoint import Endpoint
+from ccddp.comm.plan import exchange_plan
+from ccddp.comm.reduce import Reduction
+from ccddp.crypto.aad import FrameContext, Op, Phase
+from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
+from ccddp.errors import FrameLabel, PeerTimeoutError
+
+#: Frame buffers of an exchange of at most this many bytes are kept with its prepared op
+#: (three of them); larger ones take the group's arena, as the pipeline does.
+PREPARED_BUFFER_BYTES = 64 << 10
+#: Prepared ops kept per group (least recently used dropped): at most
+#: ``PREPARED_MAX * (3 * PREPARED_BUFFER_BYTES + ~300)`` bytes.
+PREPARED_MAX = 64
+#: Whether the exchange takes the prepared path (tests compare it with the pipeline's).
+PREPARED = True
+
+# The AAD is ``session (16) || seq (8) || the rest``: a prepared op keeps the parts around
+# the seq and patches the seq in (checked here once, and against FrameContext.pack in tests).
+_SEQ_AT = struct.calcsize(">16s")
+assert FrameContext(bytes(16), 0x0102030405060708, Op.DESCRIPTOR, Phase.NONE, 0, 0, 0, 0, 0, "").pack()[
+    _SEQ_AT:_SEQ_AT + 8] == bytes(range(1, 9))
+
+
+def _aad_parts(ctx: FrameContext) -> tuple[bytes, bytes]:
+    """``(head, tail)``: ``head + seq.to_bytes(8, "big") + tail`` is ``ctx``'s AAD with that seq."""
+    raw = ctx.pack()
+    return raw[:_SEQ_AT], raw[_SEQ_AT + 8:]
+
+
+class PreparedExchange:
+    """What a two-rank exchange all-reduce of one shape needs besides its seq and data: the
+    descriptor, the AAD parts of its four frames, the descriptor's frames, and (small ops)
+    the data frames and the buffer a received frame is opened into, with their numpy views.
+
+    Nothing secret or per-op is kept: nonces are taken from the channels at each op, the
+    tag and every AAD's seq are computed at each op; buffers are rewritten by every op.
+    """
+
+    __slots__ = ("key", "peer", "desc", "d_tx_aad", "d_rx_aad", "x_tx_aad", "x_rx_aad", "d_tx", "d_tx_np",
+                 "d_rx", "d_rx_np", "theirs", "nbytes", "x_tx", "x_tx_np", "x_rx", "x_rx_np", "opened",
+                 "opened_np", "tx_link", "rx_link", "plain_at", "plain_np")
+
+    def __init__(self, g: Endpoint, numel: int, dtype: torch.dtype, reduction: Reduction) -> None:
+        rank = g.rank
+        (st,) = exchange_plan(rank, numel)
+        peer = self.peer = st.send_peer
+        name = str(dtype).removeprefix("torch.")
+        self.key = (numel, dtype, reduction)
+        self.desc = describe(g, Op.EXCHANGE_ALL_REDUCE, numel, name, 0, reduction, 0)
+        sid, dn = g.session_id, len(self.desc)
+        self.d_tx_aad = _aad_parts(FrameContext(sid, 0, Op.DESCRIPTOR, Phase.NONE, 0, 0, rank, peer, dn, ""))
+        self.d_rx_aad = _aad_parts(FrameContext(sid, 0, Op.DESCRIPTOR, Phase.NONE, 0, 0, peer, rank, dn, ""))
+        n = self.nbytes = numel * dtype.itemsize
+        self.x_tx_aad = _aad_parts(FrameContext(sid, 0, Op.EXCHANGE_ALL_REDUCE, st.phase, st.wire_step, 0,
+                                                rank, peer, n, name))
+        self.x_rx_aad = _aad_parts(FrameContext(sid, 0, Op.EXCHANGE_ALL_REDUCE, st.phase, st.wire_step, 0,
+                                                peer, rank, n, name))
+        self.d_tx = torch.empty(dn + TAG_BYTES, dtype=torch.uint8)
+        self.d_rx = torch.empty(dn + TAG_BYTES, dtype=torch.uint8)
+        self.d_tx_np, self.d_rx_np = self.d_tx.numpy(), self.d_rx.numpy()
+        self.theirs = bytearray(dn)
+        self.tx_link, self.rx_link = f"{rank}->{peer}", f"{peer}->{rank}"
+        if n <= PREPARED_BUFFER_BYTES:
+            # The open writes into a buffer of its own (pyca refuses overlapping buffers).
+            self.x_tx = torch.empty(n + TAG_BYTES, dtype=torch.uint8)
+            self.x_rx = torch.empty(n + TAG_BYTES, dtype=torch.uint8)
+            opened = torch.empty(n, dtype=torch.uint8)
+            self.opened = opened.view(dtype)
+            self.x_tx_np, self.x_rx_np, self.opened_np = self.x_tx.numpy(), self.x_rx.numpy(), opened.numpy()
+        else:
+            self.x_tx = None
+        # The numpy view of the last buffer reduced, by its address: the same address is the
+        # same bytes (same size and dtype by the key; the view keeps that memory alive).
+        self.plain_at, self.plain_np = -1, None
+
+    def plain(self, flat: torch.Tensor):
+        """``flat``'s bytes as the numpy array the channel seals from."""
+        if self.x_tx is None:                      # a large buffer is not held
+            return flat.view(torch.uint8).numpy()
+        at = flat.data_ptr()
+        if at != self.plain_at:
+            self.plain_np = flat.view(torch.uint8).numpy()
+            self.plain_at = at
+        return self.plain_np
+
+
+_PREPARED: "weakref.WeakKeyDictionary[Endpoint, dict]" = weakref.WeakKeyDictionary()
+
+
+def prepared_exchange(g: Endpoint, flat: torch.Tensor, reduction: Reduction) -> PreparedExchange | None:
+    """The prepared op of ``flat``'s shape, or None where the exchange takes the pipeline:
+    no descriptors, frames not host memory that gloo carries as it is, several segments
+    (a ``segment_bytes`` below the op's size), or nothing to send."""
+    s = g.settings
+    numel = flat.numel()
+    if not (PREPARED and s.check_descriptors and numel and flat.device.type == "cpu"
+            and "cpu" in g.transport.host_device_types):
+        return None
+    seg = MAX_FRAME_BYTES if s.tag == "message" else min(s.segment_bytes, MAX_FRAME_BYTES)
+    if numel > max(1, seg // flat.element_size()):
+        return None
+    kept = _PREPARED.get(g)
+    if kept is None:
+        kept = _PREPARED[g] = {}
+    key = (numel, flat.dtype, reduction)
+    p = kept.pop(key, None)
+    if p is None:
+        p = PreparedExchange(g, numel, flat.dtype, reduction)
+        if len(kept) >= PREPARED_MAX:
+            del kept[next(iter(kept))]
+    kept[key] = p            # most recently used last
+    return p
+
+
+def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction: Reduction) -> None:
+    """The exchange all-reduce of ``flat`` with its prepared op: what ``_run_ring`` with
+    :func:`exchange_plan` does, frame for frame (module comment above)."""
+    seq = g.next_seq()
+    seq8 = seq.to_bytes(8, "big")
+    tag = data_tag(g, seq, p.desc)
+    peer, tr, counters = p.peer, g.transport, g.counters
+    tx, rx = g.channels.tx(peer), g.channels.rx(peer)
+    if p.x_tx is not None:
+        x_tx, x_rx, opened = p.x_tx, p.x_rx, p.opened
+        x_tx_np, x_rx_np, opened_np = p.x_tx_np, p.x_rx_np, p.opened_np
+    else:
+        # Larger frames live in the group's arena, as the pipeline's do.
+        n = p.nbytes
+        x_tx, x_rx, opened_u8 = (g.arena.take("tx", n + TAG_BYTES), g.arena.take("rx", n + TAG_BYTES),
+                                 g.arena.take("opened", n))
+        opened = opened_u8.view(flat.dtype)
+        x_tx_np, x_rx_np, opened_np = x_tx.numpy(), x_rx.numpy(), opened_u8.numpy()
+    if probe.ON:
+        probe.stamp("exchange: prepared op, data tag")
+    # The descriptor's receive and send first, then the data's, as the pipeline posts them;
+    # each channel's counters in the pipeline's order (descriptor, then data).
+    d_recv = tr.irecv(p.d_rx, peer)
+    if probe.ON:
+        probe.stamp("exchange: descriptor irecv post")
+    h, t = p.d_tx_aad
+    tx.seal(p.desc, p.d_tx_np, h + seq8 + t)
+    counters.add_message(sealed=True, control=True)
+    if probe.ON:
+        probe.stamp("exchange: descriptor seal")
+    d_send = tr.isend(p.d_tx, peer)
+    if probe.ON:
+        probe.stamp("exchange: descriptor isend post")
+    x_recv = tr.irecv(x_rx, peer, tag)
+    if probe.ON:
+        probe.stamp("exchange: data irecv post")
+    counters.add_message(sealed=True)
+    h, t = p.x_tx_aad
+    tx.seal(p.plain(flat), x_tx_np, h + seq8 + t)
+    if probe.ON:
+        probe.stamp("exchange: data seal")
+    x_send = tr.isend(x_tx, peer, tag)
+    if probe.ON:
+        probe.stamp("exchange: data isend post")
+    # The peer's descriptor: opened and compared before its data is waited for.
+    where = f"descriptor#{seq}"
+    tr.wait(d_recv, peer, FrameLabel(p.rx_link, where, 0))
+    if probe.ON:
+        probe.stamp("wait: peer's descriptor")
+    h, t = p.d_rx_aad
+    theirs = p.theirs
+    rx.open(p.d_rx_np, theirs, h + seq8 + t, collective=where, step=0)
+    counters.add_message(sealed=False, control=True)
+    mismatch = None if theirs == p.desc else differs(g, seq, peer, bytes(theirs), p.desc)
+    try:
+        tr.wait(d_send, peer, FrameLabel(p.tx_link, where, 0))
+    except PeerTimeoutError:
+        if mismatch is None:
+            raise
+    if mismatch is not None:
+        raise mismatch
+    if probe.ON:
+        probe.stamp("exchange: descriptor open + compare")
+    where = f"exchange_all_reduce#{seq}"
+    tr.wait(x_recv, peer, FrameLabel(p.rx_link, where, 0, 0))
+    if probe.ON:
+        probe.stamp("wait: data frame")
+    # Authenticated before use: a frame that fails leaves ``opened`` zeroed and raises
+    # before the reduce, so ``flat`` is untouched.
+    counters.add_message(sealed=False)
+    h, t = p.x_rx_aad
+    rx.open(x_rx_np, opened_np, h + seq8 + t, collective=where, step=0, segment=0)
+    reduction.combine(flat, opened)
+    if probe.ON:
+        probe.stamp("exchange: open + reduce")
+    tr.wait(x_send, peer, FrameLabel(p.tx_link, where))
+    if probe.ON:
+        probe.stamp("wait: send completions")
