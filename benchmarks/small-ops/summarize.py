@@ -1,8 +1,9 @@
 """Summarize the paired before/after runs of issue 42 into one JSON (and a markdown table).
 
 The runs are ``ccddp bench collectives --json`` files named ``<label>-<tree>-<k>.json``:
-``tree`` is ``main`` (before) or ``wt-small`` (after), ``k`` the alternation (the trees ran
-alternately: main 1, after 1, main 2, ...). Per (world size, size, impl) this keeps each
+``tree`` is ``main`` (before) or ``wt-small`` (after) -- other names with ``--before`` and
+``--after`` -- and ``k`` the alternation (the trees ran alternately: before 1, after 1,
+before 2, ...). Per (world size, size, impl) this keeps each
 run's paired ratio to gloo (Hodges-Lehmann estimate with its 95 % interval, over the run's
 call-by-call turns), its median time and, for the sealed rows, its ratio to the additive
 floor; then the median over the alternations, before and after::
@@ -29,17 +30,19 @@ def main() -> None:
     p.add_argument("--date", default="2026-11-27")
     p.add_argument("--machine", default="2-core shared VM (4 sessions), AES-NI")
     p.add_argument("--note", default=None, help="what before and after are")
+    p.add_argument("--before", default="main", help="the before tree's name in the file names")
+    p.add_argument("--after", default="wt-small", help="the after tree's name in the file names")
     args = p.parse_args()
     cells: dict[tuple, dict] = {}
     breakdowns: dict[str, dict] = {}
     for f in sorted(Path(args.runs).glob("*.json")):
-        m = re.match(r"(.+)-(main|wt-small)-(\d+)$", f.stem)
+        m = re.match(rf"(.+)-({re.escape(args.before)}|{re.escape(args.after)})-(\d+)$", f.stem)
         if not m:
             continue
         tree, k = m.group(2), int(m.group(3))
         if m.group(1) == "breakdown":
             b = json.load(open(f))
-            breakdowns[f"{'before' if tree == 'main' else 'after'}-{k}"] = {
+            breakdowns[f"{'before' if tree == args.before else 'after'}-{k}"] = {
                 path: {"wall_us_median": round(row["wall_us_median"], 1),
                        "stages_us_median": {s: round(v, 1) for s, v in row.get("stages_us_median", {}).items()}}
                 for path, row in b["paths"].items()}
@@ -48,7 +51,7 @@ def main() -> None:
             key = (r["world_size"], r["bytes"], r["impl"])
             cell = cells.setdefault(key, {"before": [], "after": []})
             iv = r.get("paired_ratio_intervals", {}).get("gloo")
-            cell["before" if tree == "main" else "after"].append({
+            cell["before" if tree == args.before else "after"].append({
                 "alternation": k, "time_us": round(r["time_us"], 1),
                 "vs_gloo": None if iv is None else [round(v, 3) for v in iv[:3]],
                 "vs_additive_floor": None if r.get("vs_additive_floor") is None else round(r["vs_additive_floor"], 3),
