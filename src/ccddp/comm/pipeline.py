@@ -225,8 +225,14 @@ class _Pipeline:
         # engine opens in place (its frame's first bytes become the plaintext).
         reduced = [f for f in mine if self.secure and self.flat.device.type == "cpu"
                    and self.steps[f.step].action == "reduce"]
-        self.opened = dict(zip(((f.step, f.segment) for f in reduced),
-                               self.arena.layout("opened", [f.nbytes for f in reduced])))
+        keys = [(f.step, f.segment) for f in reduced]
+        if self.pool is None:
+            # The jobs run one after another on this thread, each reducing what it opened
+            # before the next starts: one buffer serves them all (and stays in cache).
+            one = self.arena.take("opened", max((f.nbytes for f in reduced), default=0))
+            self.opened = {k: one[:f.nbytes] for k, f in zip(keys, reduced)}
+        else:
+            self.opened = dict(zip(keys, self.arena.layout("opened", [f.nbytes for f in reduced])))
         if self.secure:
             sealed = [f.nbytes for s in range(len(self.steps)) if not self._forwards(s)
                       for f in _pick(self.sends[s], js)]
