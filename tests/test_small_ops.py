@@ -251,6 +251,7 @@ def test_prepared_aads_equal_frame_context(dtype):
 def test_a_changed_shape_gets_a_new_prepared_op():
     from ccddp.comm import prepared
     from ccddp.comm.reduce import Reduction
+    from ccddp.crypto.aad import Op
 
     g = _FakeGroup()
     x = torch.ones(100)
@@ -260,8 +261,10 @@ def test_a_changed_shape_gets_a_new_prepared_op():
               prepared.prepared_exchange(g, torch.ones(100, dtype=torch.float16), Reduction.SUM),
               prepared.prepared_exchange(g, x, Reduction.MAX)]
     assert len({id(o) for o in others + [p]}) == 4
-    assert [o.key for o in others] == [(101, torch.float32, Reduction.SUM), (100, torch.float16, Reduction.SUM),
-                                       (100, torch.float32, Reduction.MAX)]
+    ex = Op.EXCHANGE_ALL_REDUCE
+    assert [o.key for o in others] == [(ex, 101, torch.float32, Reduction.SUM, None),
+                                       (ex, 100, torch.float16, Reduction.SUM, None),
+                                       (ex, 100, torch.float32, Reduction.MAX, None)]
     assert others[0].x_rx.numel() == 101 * 4 + 16 and others[1].opened.dtype == torch.float16
     # Another group has its own.
     assert prepared.prepared_exchange(_FakeGroup(), x, Reduction.SUM) is not p
@@ -388,3 +391,209 @@ def test_counter_totals_sum_every_field():
     assert CryptoCounters.total([sa]) == sa and CryptoCounters.total([sa]) is not sa
     assert CryptoCounters.total([sa, sb]) == {k: sa[k] + sb[k] for k in sa}
     assert CryptoCounters.total([]) == {k: 0 for k in sa}
+
+
+# -- the prepared all-gather and reduce-scatter (issue 42, FSDP2's traffic) ------------------
+
+def _ring_rank(rank, n):
+    """Two-rank all-gather and reduce-scatter on the prepared path against the pipeline:
+    same bits, same counter deltas, same nonce counts, and a mixed pair (one rank on each
+    path) that works -- the same frames on the wire."""
+    import torch.distributed as dist
+
+    from ccddp.bench.reference import all_gather, reduce_scatter
+    from ccddp.comm import collectives, prepared
+    from ccddp.comm.reduce import Reduction
+    from ccddp.crypto.counters import CryptoCounters
+
+    taken = []
+    real = collectives.run_prepared
+
+    def seen(g, flat, p, reduction, *a, **k):
+        taken.append(p.key[0].name)
+        return real(g, flat, p, reduction, *a, **k)
+
+    collectives.run_prepared = seen
+    nonces = []
+    g = _group()
+    g.recorder = lambda key_id, nonce: nonces.append((key_id, nonce))
+    gen = torch.Generator().manual_seed(rank)
+    out = {"same": [], "counters": [], "nonces": [], "right": []}
+    cases = []
+    for per in (1, 33, 1000, 40000):           # 40000 float32: 160 KiB chunks, the arena's frames
+        for dtype in (torch.float32, torch.bfloat16, torch.int32):
+            cases.append((per, dtype, None))
+    cases += [(None, torch.float32, [3, 5]), (None, torch.float32, [0, 7]), (None, torch.int32, [1000, 1]),
+              (None, torch.float32, [5, 0])]
+    try:
+        for per, dtype, sizes in cases:
+            mine = per if sizes is None else sizes[rank]
+            total = 2 * per if sizes is None else sum(sizes)
+            for kind in ("all_gather", "reduce_scatter"):
+                reds = ("SUM",) if kind == "all_gather" else (("SUM", "MAX", "AVG") if dtype != torch.int32
+                                                              else ("SUM", "BXOR"))
+                for red in reds:
+                    x = (torch.randn(mine if kind == "all_gather" else total, generator=gen) * 100).to(dtype)
+                    got = {}
+                    for mode in ("prepared", "pipeline", "mixed"):
+                        prepared.PREPARED = mode == "prepared" or (mode == "mixed" and rank == 0)
+                        before, k, t = g.counters.snapshot(), len(nonces), len(taken)
+                        if kind == "all_gather":
+                            res = torch.full((total,), 7, dtype=dtype)
+                            all_gather(res, x, g, sizes=sizes)
+                        else:
+                            res = torch.full((mine,), 7, dtype=dtype)
+                            inp = x.clone()
+                            reduce_scatter(res, inp, g, op=getattr(Reduction, red), sizes=sizes)
+                            assert torch.equal(inp.view(torch.uint8), x.view(torch.uint8))
+                        got[mode] = res
+                        diff = CryptoCounters.diff(g.counters.snapshot(), before)
+                        diff.pop("busy_seconds", None)
+                        got[mode + " counters"] = diff
+                        got[mode + " nonces"] = len(nonces) - k
+                        got[mode + " path"] = len(taken) - t
+                    # The prepared path ran where asked, the pipeline where not.
+                    assert (got["prepared path"], got["pipeline path"], got["mixed path"]) == (
+                        1, 0, 1 if rank == 0 else 0), (kind, per, sizes, got)
+                    u8 = [t.view(torch.uint8) for t in (got["prepared"], got["pipeline"], got["mixed"])]
+                    out["same"].append(all(torch.equal(u8[0], b) for b in u8))
+                    out["counters"].append(got["prepared counters"] == got["pipeline counters"]
+                                           == got["mixed counters"])
+                    out["nonces"].append(got["prepared nonces"] == got["pipeline nonces"] == 4)
+                    # Against plain torch.distributed.
+                    if kind == "all_gather":
+                        if sizes is None:
+                            parts = [torch.empty(per, dtype=dtype) for _ in range(n)]
+                            dist.all_gather(parts, x)
+                            out["right"].append(torch.equal(torch.cat(parts).view(torch.uint8), u8[0]))
+                    elif red == "SUM" and sizes is None:
+                        ref = x.clone()
+                        dist.all_reduce(ref)
+                        out["right"].append(torch.equal(ref[rank * per:(rank + 1) * per].view(torch.uint8), u8[0]))
+    finally:
+        prepared.PREPARED = True
+        collectives.run_prepared = real
+        g.close()
+    return {k: all(v) for k, v in out.items()} | {"cases": len(out["same"])}
+
+
+def test_prepared_all_gather_and_reduce_scatter_are_the_pipeline_frame_for_frame():
+    # 12 even cases x (1 all-gather + 3 or 2 reduce-scatters) + 4 uneven.
+    even = 4 * (2 * (1 + 3) + (1 + 2))
+    uneven = (1 + 3) * 3 + (1 + 2)
+    for res in run_process_ranks(_ring_rank, 2, timeout=600):
+        assert res == {"same": True, "counters": True, "nonces": True, "right": True,
+                       "cases": even + uneven}, res
+
+
+def test_prepared_ring_only_for_one_host_frame_each_way():
+    from ccddp.comm import prepared
+    from ccddp.comm.reduce import Reduction
+    from ccddp.crypto.aad import Op
+
+    def group(**kw):
+        g = _FakeGroup(**kw)
+        g.world_size = 2
+        return g
+
+    g = group()
+    p = prepared.prepared_ring(g, Op.ALL_GATHER, torch.ones(100), Reduction.SUM, None)
+    assert p.key == (Op.ALL_GATHER, 100, torch.float32, Reduction.SUM, None)
+    assert (p.send_region, p.recv_region, p.action) == ((0, 50), (50, 100), "copy") and p.opened is None
+    q = prepared.prepared_ring(g, Op.REDUCE_SCATTER, torch.ones(100), Reduction.SUM, [(0, 30), (30, 100)])
+    assert (q.send_region, q.recv_region, q.action) == ((30, 100), (0, 30), "reduce") and q.opened.numel() == 30
+    assert prepared.prepared_ring(g, Op.ALL_GATHER, torch.ones(100), Reduction.SUM, None) is p
+    # Segments: one frame each way, by the longer chunk.
+    small = group(segment_bytes=1024)
+    assert prepared.prepared_ring(small, Op.ALL_GATHER, torch.ones(512), Reduction.SUM, None) is not None
+    assert prepared.prepared_ring(small, Op.ALL_GATHER, torch.ones(514), Reduction.SUM, None) is None
+    assert prepared.prepared_ring(small, Op.REDUCE_SCATTER, torch.ones(300), Reduction.SUM,
+                                  [(0, 257), (257, 300)]) is None
+    assert prepared.prepared_ring(group(allgather="group-key"), Op.ALL_GATHER, torch.ones(8), Reduction.SUM,
+                                  None) is None
+    assert prepared.prepared_ring(group(allgather="group-key"), Op.REDUCE_SCATTER, torch.ones(8), Reduction.SUM,
+                                  None) is not None
+    assert prepared.prepared_ring(group(check_descriptors=False), Op.ALL_GATHER, torch.ones(8), Reduction.SUM,
+                                  None) is None
+    assert prepared.prepared_ring(g, Op.ALL_GATHER, torch.ones(0), Reduction.SUM, None) is None
+    three = group()
+    three.world_size = 3
+    assert prepared.prepared_ring(three, Op.ALL_GATHER, torch.ones(9), Reduction.SUM, None) is None
+
+
+@pytest.mark.parametrize("op", ["ALL_GATHER", "REDUCE_SCATTER"])
+def test_prepared_ring_aads_equal_the_pipelines(op):
+    from ccddp.comm.plan import ring_plan
+    from ccddp.comm.prepared import PreparedExchange
+    from ccddp.comm.reduce import Reduction
+    from ccddp.crypto.aad import FrameContext, Op, Phase
+
+    o = Op[op]
+    for rank in (0, 1):
+        for bounds in (None, ((0, 3), (3, 10))):
+            g = _FakeGroup(rank)
+            p = PreparedExchange(g, 10, torch.bfloat16, Reduction.SUM, o, bounds)
+            (st,) = ring_plan(rank, 2, 10, op.lower(), list(bounds) if bounds else None)
+            peer = 1 - rank
+            sa, sb = st.send_region
+            ra, rb = st.recv_region
+            seq = 77
+            for field, ctx in {
+                    "x_tx_aad": FrameContext(g.session_id, seq, o, st.phase, st.wire_step, 0, rank, peer,
+                                             (sb - sa) * 2, "bfloat16"),
+                    "x_rx_aad": FrameContext(g.session_id, seq, o, st.phase, st.wire_step, 0, peer, rank,
+                                             (rb - ra) * 2, "bfloat16")}.items():
+                head, tail = getattr(p, field)
+                assert head + seq.to_bytes(8, "big") + tail == ctx.pack(), (field, rank, bounds)
+            assert st.phase is (Phase.ALL_GATHER if op == "ALL_GATHER" else Phase.REDUCE_SCATTER)
+
+
+def _ring_tamper_rank(rank, n):
+    """A flipped ciphertext byte of a prepared all-gather's or reduce-scatter's data frame:
+    refused at that frame; the output region (all-gather) is zeroed, the output
+    (reduce-scatter) untouched and the opened buffer zeroed."""
+    import torch.distributed as dist
+
+    from ccddp.bench.reference import all_gather, reduce_scatter
+    from ccddp.comm import CommSettings, SecureGroup, prepared
+    from ccddp.comm.reduce import Reduction
+    from ccddp.crypto import GroupSecret
+    from ccddp.crypto.aad import Op
+    from ccddp.errors import IntegrityError
+    from ccddp.testing.adversary import AdversarialTransport, Rule
+
+    out = {}
+    for kind in ("all_gather", "reduce_scatter"):
+        # Frames per link: descriptor, data: frame 1 is the data frame.
+        tr = AdversarialTransport(dist.group.WORLD, 10, tag=9)
+        g = SecureGroup(CommSettings(impl="secure", timeout_s=10), secret=GroupSecret(SECRET), transport=tr)
+        tr.arm([Rule("flip", src=0, dst=1, nth=1, bit=8 * 10 + 3)])
+        try:
+            if kind == "all_gather":
+                x, res = torch.full((256,), float(rank + 1)), torch.full((512,), 9.0)
+                p = prepared.prepared_ring(g, Op.ALL_GATHER, res, Reduction.SUM, None)
+                call = lambda: all_gather(res, x, g)           # noqa: E731
+            else:
+                x, res = torch.full((512,), float(rank + 1)), torch.full((256,), 9.0)
+                p = prepared.prepared_ring(g, Op.REDUCE_SCATTER, x, Reduction.SUM, None)
+                call = lambda: reduce_scatter(res, x, g)       # noqa: E731
+            try:
+                call()
+                out[kind] = ("ok", res.tolist()[::128])
+            except IntegrityError as e:
+                opened = None if p.opened is None else bool((p.opened == 0).all())
+                out[kind] = ("refused", res.tolist()[::128], opened, e.label.collective.split("#")[0],
+                             e.label.step)
+        finally:
+            g.close()
+        dist.barrier()
+    return out
+
+
+def test_a_tampered_frame_of_a_prepared_all_gather_or_reduce_scatter_is_refused():
+    r0, r1 = run_process_ranks(_ring_tamper_rank, 2, timeout=300)
+    assert r0["all_gather"] == ("ok", [1.0, 1.0, 2.0, 2.0])
+    assert r0["reduce_scatter"] == ("ok", [3.0, 3.0])
+    # Rank 1's own chunk is in place, the peer's region zeroed by the failed open.
+    assert r1["all_gather"] == ("refused", [0.0, 0.0, 2.0, 2.0], None, "all_gather", 0)
+    assert r1["reduce_scatter"] == ("refused", [9.0, 9.0], True, "reduce_scatter", 0)

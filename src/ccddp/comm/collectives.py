@@ -14,7 +14,8 @@ With each secure collective each rank sends its ring neighbours a sealed descrip
 element count, dtype, settings), in the same round trip as the data: ranks that call
 different collectives fail at once with a :class:`ConfigError` that says what differs,
 instead of with a failed tag (:mod:`ccddp.comm.descriptors`). A two-rank group's small
-all-reduce runs as one prepared exchange (:mod:`ccddp.comm.prepared`).
+all-reduce runs as one prepared exchange, and its small all-gather and reduce-scatter (one
+ring step, one frame each way) as one prepared op (:mod:`ccddp.comm.prepared`).
 
 Example::
 
@@ -38,7 +39,7 @@ from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.naive import run_naive
 from ccddp.comm.pipeline import dtype_name, run_pipelined
 from ccddp.comm.plan import Step, chain_broadcast_plan, chunk_bounds, exchange_plan, ring_plan
-from ccddp.comm.prepared import prepared_exchange, run_prepared
+from ccddp.comm.prepared import prepared_exchange, prepared_ring, run_prepared
 from ccddp.comm.reduce import Reduction
 from ccddp.comm.tree import run_tree_allreduce, tree_links
 from ccddp.crypto.aad import Op
@@ -141,6 +142,15 @@ def run_reduce_scatter(group: Endpoint, out: torch.Tensor, inp: torch.Tensor, re
     """``out`` = the reduction of chunk ``rank`` of ``inp`` (``bounds``: the chunks, if
     uneven); ``inp`` is unchanged."""
     n = group.world_size
+    p = (prepared_ring(group, Op.REDUCE_SCATTER, inp, reduction, bounds)
+         if n == 2 and out.untyped_storage().data_ptr() != inp.untyped_storage().data_ptr() else None)
+    if p is not None:
+        # One frame each way: ``inp`` is read, not reduced into, so it needs no copy.
+        if probe.ON:
+            probe.stamp("engine: dispatch")
+        run_prepared(group, inp, p, reduction, into=out)
+        reduction.finish(out, n)
+        return
     work = inp.clone()
     _run_ring(group, work, _plan(group.rank, n, work.numel(), "reduce_scatter", bounds), Op.REDUCE_SCATTER,
               reduction=reduction)
@@ -156,6 +166,12 @@ def run_all_gather(group: Endpoint, out: torch.Tensor, inp: torch.Tensor | None,
     if inp is not None:
         a, b = (bounds or chunk_bounds(out.numel(), group.world_size))[group.rank]
         out[a:b].copy_(inp)
+    p = prepared_ring(group, Op.ALL_GATHER, out, Reduction.SUM, bounds) if group.world_size == 2 else None
+    if p is not None:
+        if probe.ON:
+            probe.stamp("engine: dispatch")
+        run_prepared(group, out, p, Reduction.SUM)
+        return
     _run_ring(group, out, _plan(group.rank, group.world_size, out.numel(), "all_gather", bounds), Op.ALL_GATHER)
 
 

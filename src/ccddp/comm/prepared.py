@@ -1,10 +1,12 @@
-"""The two-rank all-reduce exchange, prepared once per shape (issue 42).
+"""Two-rank collectives of one frame each way, prepared once per shape (issue 42).
 
-A small sealed all-reduce's cost is per-op Python, not AES-GCM: building the descriptor,
-its buffers and AADs, the pipeline's frame specs, arena views, send slots and jobs. A
-two-rank all-reduce of at most :data:`~ccddp.comm.collectives.EXCHANGE_MAX_BYTES` is one
-frame each way (:func:`~ccddp.comm.plan.exchange_plan`), so its fixed parts are kept per
-shape and the op runs straight through.
+A small sealed op's cost is per-op Python, not AES-GCM: building the descriptor, its
+buffers and AADs, the pipeline's frame specs, arena views, send slots and jobs. A two-rank
+all-reduce of at most :data:`~ccddp.comm.collectives.EXCHANGE_MAX_BYTES` is one frame each
+way (:func:`~ccddp.comm.plan.exchange_plan`), and so is a two-rank all-gather or
+reduce-scatter whose chunks fit one segment (:func:`~ccddp.comm.plan.ring_plan` is one step
+at two ranks: FSDP2's traffic): their fixed parts are kept per shape (op, element count,
+dtype, reduction, chunk bounds) and the op runs straight through.
 
 Invariants:
 
@@ -14,9 +16,11 @@ Invariants:
   the data tag and every AAD's sequence number are computed at each op;
 - the descriptor check's guarantee (:mod:`ccddp.comm.descriptors`): the peer's descriptor
   is opened and compared before its data is waited for;
-- authenticated before use: the peer's frame opens into a buffer of its own (pyca refuses
+- authenticated before use: a reduced frame opens into a buffer of its own (pyca refuses
   overlapping buffers) and is reduced only after its tag verified; on failure that buffer
-  is zeroed and ``flat`` untouched;
+  is zeroed and ``flat`` (and a reduce-scatter's output) untouched. An all-gather's frame
+  opens straight into its region of the output (which no frame overlaps); on failure the
+  channel zeroes that region;
 - bounded: at most :data:`PREPARED_MAX` shapes per endpoint (least recently used
   dropped), each holding at most three buffers of :data:`PREPARED_BUFFER_BYTES`.
 
@@ -25,6 +29,9 @@ Example::
     p = prepared_exchange(endpoint, flat, Reduction.SUM)    # None: the pipeline runs it
     if p is not None:
         run_prepared(endpoint, flat, p, Reduction.SUM)
+    p = prepared_ring(endpoint, Op.ALL_GATHER, out, Reduction.SUM, None)   # two ranks
+    if p is not None:
+        run_prepared(endpoint, out, p, Reduction.SUM)
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import torch
 from ccddp.comm import probe
 from ccddp.comm.descriptors import data_tag, describe, differs
 from ccddp.comm.endpoint import Endpoint
-from ccddp.comm.plan import exchange_plan
+from ccddp.comm.plan import Step, exchange_plan, ring_plan
 from ccddp.comm.reduce import Reduction
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES
@@ -49,8 +56,11 @@ PREPARED_BUFFER_BYTES = 64 << 10
 #: Prepared ops kept per group (least recently used dropped): at most
 #: ``PREPARED_MAX * (3 * PREPARED_BUFFER_BYTES + ~300)`` bytes.
 PREPARED_MAX = 64
-#: Whether the exchange takes the prepared path (tests compare it with the pipeline's).
+#: Whether the exchange, all-gather and reduce-scatter take the prepared path (tests
+#: compare it with the pipeline's).
 PREPARED = True
+#: The ops a prepared op runs, and the ring phase of the last two.
+_PHASES = {Op.ALL_GATHER: "all_gather", Op.REDUCE_SCATTER: "reduce_scatter"}
 
 # The AAD is ``session (16) || seq (8) || the rest``: a prepared op keeps the parts around
 # the seq and patches the seq in (checked here once, and against FrameContext.pack in tests).
@@ -66,53 +76,71 @@ def _aad_parts(ctx: FrameContext) -> tuple[bytes, bytes]:
 
 
 class PreparedExchange:
-    """What a two-rank exchange all-reduce of one shape needs besides its seq and data: the
-    descriptor, the AAD parts of its four frames, the descriptor's frames, and (small ops)
-    the data frames and the buffer a received frame is opened into, with their numpy views.
+    """What a two-rank one-step op of one shape needs besides its seq and data: the
+    descriptor, the step's send and receive regions and action, the AAD parts of its four
+    frames, the descriptor's frames, and (small ops) the data frames and the buffer a
+    received frame that is reduced is opened into, with their numpy views.
 
     Nothing secret or per-op is kept: nonces are taken from the channels at each op, the
     tag and every AAD's seq are computed at each op; buffers are rewritten by every op.
     """
 
-    __slots__ = ("key", "peer", "desc", "d_tx_aad", "d_rx_aad", "x_tx_aad", "x_rx_aad", "d_tx", "d_tx_np",
-                 "d_rx", "d_rx_np", "theirs", "nbytes", "x_tx", "x_tx_np", "x_rx", "x_rx_np", "opened",
-                 "opened_np", "tx_link", "rx_link", "plain_at", "plain_np")
+    __slots__ = ("key", "op", "peer", "desc", "d_tx_aad", "d_rx_aad", "x_tx_aad", "x_rx_aad", "d_tx", "d_tx_np",
+                 "d_rx", "d_rx_np", "theirs", "nbytes", "tx_nbytes", "send_region", "recv_region", "action", "where_name",
+                 "x_tx", "x_tx_np", "x_rx", "x_rx_np", "opened", "opened_np", "tx_link", "rx_link", "whole",
+                 "plain_at", "plain_np")
 
-    def __init__(self, g: Endpoint, numel: int, dtype: torch.dtype, reduction: Reduction) -> None:
+    def __init__(self, g: Endpoint, numel: int, dtype: torch.dtype, reduction: Reduction,
+                 op: Op = Op.EXCHANGE_ALL_REDUCE, bounds: tuple | None = None) -> None:
         rank = g.rank
-        (st,) = exchange_plan(rank, numel)
+        if op is Op.EXCHANGE_ALL_REDUCE:
+            (st,) = exchange_plan(rank, numel)
+        else:
+            (st,) = ring_plan(rank, 2, numel, _PHASES[op], list(bounds) if bounds is not None else None)
+        st: Step
         peer = self.peer = st.send_peer
         name = str(dtype).removeprefix("torch.")
-        self.key = (numel, dtype, reduction)
-        self.desc = describe(g, Op.EXCHANGE_ALL_REDUCE, numel, name, 0, reduction, 0)
+        self.key = (op, numel, dtype, reduction, bounds)
+        self.op, self.where_name = op, op.name.lower()
+        self.send_region, self.recv_region, self.action = st.send_region, st.recv_region, st.action
+        self.whole = op is Op.EXCHANGE_ALL_REDUCE        # sends (and reduces) all of ``flat``
+        # The descriptor _run_ring posts (root 0, gloo wire).
+        self.desc = describe(g, op, numel, name, 0, reduction, 0)
         sid, dn = g.session_id, len(self.desc)
         self.d_tx_aad = _aad_parts(FrameContext(sid, 0, Op.DESCRIPTOR, Phase.NONE, 0, 0, rank, peer, dn, ""))
         self.d_rx_aad = _aad_parts(FrameContext(sid, 0, Op.DESCRIPTOR, Phase.NONE, 0, 0, peer, rank, dn, ""))
-        n = self.nbytes = numel * dtype.itemsize
-        self.x_tx_aad = _aad_parts(FrameContext(sid, 0, Op.EXCHANGE_ALL_REDUCE, st.phase, st.wire_step, 0,
-                                                rank, peer, n, name))
-        self.x_rx_aad = _aad_parts(FrameContext(sid, 0, Op.EXCHANGE_ALL_REDUCE, st.phase, st.wire_step, 0,
-                                                peer, rank, n, name))
+        isz = dtype.itemsize
+        tx_n = self.tx_nbytes = (st.send_region[1] - st.send_region[0]) * isz
+        n = self.nbytes = (st.recv_region[1] - st.recv_region[0]) * isz
+        self.x_tx_aad = _aad_parts(FrameContext(sid, 0, op, st.phase, st.wire_step, 0, rank, peer, tx_n, name))
+        self.x_rx_aad = _aad_parts(FrameContext(sid, 0, op, st.phase, st.wire_step, 0, peer, rank, n, name))
         self.d_tx = torch.empty(dn + TAG_BYTES, dtype=torch.uint8)
         self.d_rx = torch.empty(dn + TAG_BYTES, dtype=torch.uint8)
         self.d_tx_np, self.d_rx_np = self.d_tx.numpy(), self.d_rx.numpy()
         self.theirs = bytearray(dn)
         self.tx_link, self.rx_link = f"{rank}->{peer}", f"{peer}->{rank}"
-        if n <= PREPARED_BUFFER_BYTES:
-            # The open writes into a buffer of its own (pyca refuses overlapping buffers).
-            self.x_tx = torch.empty(n + TAG_BYTES, dtype=torch.uint8)
+        self.opened = self.opened_np = None
+        if max(tx_n, n) <= PREPARED_BUFFER_BYTES:
+            self.x_tx = torch.empty(tx_n + TAG_BYTES, dtype=torch.uint8)
             self.x_rx = torch.empty(n + TAG_BYTES, dtype=torch.uint8)
-            opened = torch.empty(n, dtype=torch.uint8)
-            self.opened = opened.view(dtype)
-            self.x_tx_np, self.x_rx_np, self.opened_np = self.x_tx.numpy(), self.x_rx.numpy(), opened.numpy()
+            self.x_tx_np, self.x_rx_np = self.x_tx.numpy(), self.x_rx.numpy()
+            if self.action == "reduce":
+                # The open writes into a buffer of its own (pyca refuses overlapping buffers).
+                opened = torch.empty(n, dtype=torch.uint8)
+                self.opened, self.opened_np = opened.view(dtype), opened.numpy()
         else:
             self.x_tx = None
-        # The numpy view of the last buffer reduced, by its address: the same address is the
-        # same bytes (same size and dtype by the key; the view keeps that memory alive).
+        # The numpy view of the last whole buffer sealed (an exchange's), by its address:
+        # the same address is the same bytes (same size and dtype by the key; the view
+        # keeps that memory alive). A region's view is made at each op: an all-gather's
+        # output is FSDP's unsharded parameter, which must not be kept alive here.
         self.plain_at, self.plain_np = -1, None
 
     def plain(self, flat: torch.Tensor):
-        """``flat``'s bytes as the numpy array the channel seals from."""
+        """The bytes of ``flat``'s send region as the numpy array the channel seals from."""
+        if not self.whole:
+            a, b = self.send_region
+            return flat[a:b].view(torch.uint8).numpy()
         if self.x_tx is None:                      # a large buffer is not held
             return flat.view(torch.uint8).numpy()
         at = flat.data_ptr()
@@ -129,45 +157,86 @@ def prepared_exchange(g: Endpoint, flat: torch.Tensor, reduction: Reduction) -> 
     """The prepared op of ``flat``'s shape, or None where the exchange takes the pipeline:
     no descriptors, frames not host memory that gloo carries as it is, several segments
     (a ``segment_bytes`` below the op's size), or nothing to send."""
+    if not _one_frame(g, flat, flat.numel()):
+        return None
+    return _kept(g, (Op.EXCHANGE_ALL_REDUCE, flat.numel(), flat.dtype, reduction, None))
+
+
+def _one_frame(g: Endpoint, flat: torch.Tensor, longest: int) -> bool:
+    """Whether ``flat``'s op may take the prepared path: descriptors on, host memory that
+    gloo carries as it is, something to send, and at most ``longest`` elements per frame
+    (one segment)."""
     s = g.settings
-    numel = flat.numel()
-    if not (PREPARED and s.check_descriptors and numel and flat.device.type == "cpu"
+    if not (PREPARED and s.check_descriptors and flat.numel() and flat.device.type == "cpu"
             and "cpu" in g.transport.host_device_types):
-        return None
+        return False
     seg = MAX_FRAME_BYTES if s.tag == "message" else min(s.segment_bytes, MAX_FRAME_BYTES)
-    if numel > max(1, seg // flat.element_size()):
-        return None
+    return longest <= max(1, seg // flat.element_size())
+
+
+def _kept(g: Endpoint, key: tuple) -> PreparedExchange:
     kept = _PREPARED.get(g)
     if kept is None:
         kept = _PREPARED[g] = {}
-    key = (numel, flat.dtype, reduction)
     p = kept.pop(key, None)
     if p is None:
-        p = PreparedExchange(g, numel, flat.dtype, reduction)
+        op, numel, dtype, reduction, bounds = key
+        p = PreparedExchange(g, numel, dtype, reduction, op, bounds)
         if len(kept) >= PREPARED_MAX:
             del kept[next(iter(kept))]
     kept[key] = p            # most recently used last
     return p
 
 
-def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction: Reduction) -> None:
-    """The exchange all-reduce of ``flat`` with its prepared op: what ``_run_ring`` with
-    :func:`exchange_plan` does, frame for frame (module comment above)."""
+def prepared_ring(g: Endpoint, op: Op, flat: torch.Tensor, reduction: Reduction,
+                  bounds: list[tuple[int, int]] | None) -> PreparedExchange | None:
+    """The prepared op of a two-rank ring all-gather or reduce-scatter (``op``) of
+    ``flat`` (the whole buffer: an all-gather's output, a reduce-scatter's input) with
+    chunks ``bounds`` (None: even), or None where the pipeline runs it: not two ranks of
+    the ``secure`` schedule, group-key all-gather, or not one host frame each way (as
+    :func:`prepared_exchange`)."""
+    s = g.settings
+    if g.world_size != 2 or s.impl != "secure" or (op is Op.ALL_GATHER and s.allgather == "group-key"):
+        return None
+    numel = flat.numel()
+    if bounds is None:
+        longest = (numel + 1) // 2
+    else:
+        bounds = tuple(tuple(b) for b in bounds)
+        longest = max(b - a for a, b in bounds)
+    if not _one_frame(g, flat, longest):
+        return None
+    return _kept(g, (op, numel, flat.dtype, reduction, bounds))
+
+
+def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction: Reduction,
+                 into: torch.Tensor | None = None) -> None:
+    """Op ``p`` of ``flat`` with its prepared frames: what ``_run_ring`` with the op's one
+    step does, frame for frame (module comment above). The exchange all-reduces ``flat``
+    in place; an all-gather opens the peer's chunk into ``flat`` (its output); a
+    reduce-scatter reads ``flat`` (its input, unchanged) and writes this rank's chunk,
+    reduced, into ``into``."""
     seq = g.next_seq()
     seq8 = seq.to_bytes(8, "big")
     tag = data_tag(g, seq, p.desc)
     peer, tr, counters = p.peer, g.transport, g.counters
     tx, rx = g.channels.tx(peer), g.channels.rx(peer)
+    ra, rb = p.recv_region
     if p.x_tx is not None:
         x_tx, x_rx, opened = p.x_tx, p.x_rx, p.opened
         x_tx_np, x_rx_np, opened_np = p.x_tx_np, p.x_rx_np, p.opened_np
     else:
         # Larger frames live in the group's arena, as the pipeline's do.
         n = p.nbytes
-        x_tx, x_rx, opened_u8 = (g.arena.take("tx", n + TAG_BYTES), g.arena.take("rx", n + TAG_BYTES),
-                                 g.arena.take("opened", n))
-        opened = opened_u8.view(flat.dtype)
-        x_tx_np, x_rx_np, opened_np = x_tx.numpy(), x_rx.numpy(), opened_u8.numpy()
+        x_tx, x_rx = g.arena.take("tx", p.tx_nbytes + TAG_BYTES), g.arena.take("rx", n + TAG_BYTES)
+        x_tx_np, x_rx_np = x_tx.numpy(), x_rx.numpy()
+        if p.action == "reduce":
+            opened_u8 = g.arena.take("opened", n)
+            opened, opened_np = opened_u8.view(flat.dtype), opened_u8.numpy()
+    if p.action == "copy":
+        # The frame opens straight into its region of the output (a buffer no frame
+        # overlaps); a frame that fails leaves the region zeroed (the channel's open).
+        opened_np = flat[ra:rb].view(torch.uint8).numpy()
     if probe.ON:
         probe.stamp("exchange: prepared op, data tag")
     # The descriptor's receive and send first, then the data's, as the pipeline posts them;
@@ -213,16 +282,22 @@ def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction
         raise mismatch
     if probe.ON:
         probe.stamp("exchange: descriptor open + compare")
-    where = f"exchange_all_reduce#{seq}"
+    where = f"{p.where_name}#{seq}"
     tr.wait(x_recv, peer, FrameLabel(p.rx_link, where, 0, 0))
     if probe.ON:
         probe.stamp("wait: data frame")
     # Authenticated before use: a frame that fails leaves ``opened`` zeroed and raises
-    # before the reduce, so ``flat`` is untouched.
+    # before the reduce, so ``flat`` (and ``into``) is untouched.
     counters.add_message(sealed=False)
     h, t = p.x_rx_aad
     rx.open(x_rx_np, opened_np, h + seq8 + t, collective=where, step=0, segment=0)
-    reduction.combine(flat, opened)
+    if p.action == "reduce":
+        if into is None:
+            reduction.combine(flat[ra:rb] if not p.whole else flat, opened)
+        else:
+            # The pipeline's ``work[ra:rb] (op)= opened``, then copied out: the same bits.
+            into.copy_(flat[ra:rb])
+            reduction.combine(into, opened)
     if probe.ON:
         probe.stamp("exchange: open + reduce")
     tr.wait(x_send, peer, FrameLabel(p.tx_link, where))
