@@ -48,7 +48,7 @@ def main() -> None:
                 for path, row in b["paths"].items()}
             continue
         for r in json.load(open(f))["rows"]:
-            key = (r["world_size"], r["bytes"], r["impl"])
+            key = (r["world_size"], r.get("op", "all_reduce"), r["bytes"], r["impl"])
             cell = cells.setdefault(key, {"before": [], "after": []})
             iv = r.get("paired_ratio_intervals", {}).get("gloo")
             cell["before" if tree == args.before else "after"].append({
@@ -57,8 +57,8 @@ def main() -> None:
                 "vs_additive_floor": None if r.get("vs_additive_floor") is None else round(r["vs_additive_floor"], 3),
                 "seals_per_rank": r["seals_per_rank"]})
     rows = []
-    for (n, nbytes, impl), cell in sorted(cells.items()):
-        row = {"world_size": n, "bytes": nbytes, "impl": impl}
+    for (n, op, nbytes, impl), cell in sorted(cells.items()):
+        row = {"world_size": n, "op": op, "bytes": nbytes, "impl": impl}
         for side in ("before", "after"):
             runs = cell[side]
             row[side] = {
@@ -76,8 +76,8 @@ def main() -> None:
     if breakdowns:
         out["breakdown_4k"] = dict(sorted(breakdowns.items()))
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print("| ranks | size | impl | before: time us, vs gloo (per run) | after: time us, vs gloo (per run) |")
-    print("|---|---|---|---|---|")
+    print("| ranks | op | size | impl | before: time us, vs gloo (per run) | after: time us, vs gloo (per run) |")
+    print("|---|---|---|---|---|---|")
     for row in rows:
         if row["impl"] == "gloo":
             continue
@@ -87,7 +87,7 @@ def main() -> None:
             per = ", ".join(f"{r['vs_gloo'][0]:.2f}" for r in s["runs"] if r["vs_gloo"])
             floor = f", floor {s['vs_floor_median']}x" if s["vs_floor_median"] is not None else ""
             cols.append(f"{s['time_us_median']} us, **{s['vs_gloo_median']}x** ({per}){floor}")
-        print(f"| {row['world_size']} | {row['bytes']} | {row['impl']} | {cols[0]} | {cols[1]} |")
+        print(f"| {row['world_size']} | {row['op']} | {row['bytes']} | {row['impl']} | {cols[0]} | {cols[1]} |")
 
 
 if __name__ == "__main__":
