@@ -30,7 +30,7 @@ from ccddp.backend import Options
 from ccddp.bench.options import parse_size
 from ccddp.bench.reference import open_impl
 from ccddp.comm import CommSettings, probe
-from ccddp.comm.collectives import run_all_reduce
+from ccddp.comm.collectives import run_all_gather, run_all_reduce
 from ccddp.comm.reduce import Reduction
 
 
@@ -51,6 +51,8 @@ def summarize(prefix: str, world_size: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--size", default="4K")
+    p.add_argument("--op", choices=("all_reduce", "all_gather"), default="all_reduce",
+                   help="all_gather: each rank's buffer of --size gathered (FSDP2's op)")
     p.add_argument("--iters", type=int, default=300)
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--json", default=None)
@@ -76,6 +78,7 @@ def main() -> None:
     gloo = dist.new_group(backend="gloo", timeout=timedelta(seconds=120))
     numel = parse_size(args.size) // 4
     buf = torch.ones(numel)
+    out = torch.empty(numel * n)
     walls: dict[str, list[float]] = {"gloo": [], "engine": [], "backend": []}
     for i in range(args.warmup + args.iters):
         if i == args.warmup:
@@ -84,25 +87,27 @@ def main() -> None:
             buf.fill_(1.0)
             dist.barrier()
             t0 = time.perf_counter_ns()
+            gather = args.op == "all_gather"
+            if path != "gloo":
+                probe.begin(path)
             if path == "gloo":
-                dist.all_reduce(buf, group=gloo)
+                (dist.all_gather_into_tensor(out, buf, group=gloo) if gather else dist.all_reduce(buf, group=gloo))
             elif path == "engine":
-                probe.begin("engine")
-                run_all_reduce(engine, buf, Reduction.SUM)
-                probe.end("return to caller")
+                run_all_gather(engine, out, buf) if gather else run_all_reduce(engine, buf, Reduction.SUM)
             else:
-                probe.begin("backend")
-                dist.all_reduce(buf, group=backend)
+                (dist.all_gather_into_tensor(out, buf, group=backend) if gather
+                 else dist.all_reduce(buf, group=backend))
+            if path != "gloo":
                 probe.end("return to caller")
             dt = time.perf_counter_ns() - t0
             if i >= args.warmup:
                 walls[path].append(dt / 1e3)
-            assert float(buf[0]) == n
+            assert (float(out.sum()) == n * numel) if gather else float(buf[0]) == n
     mine = {"walls_us": walls, "ops": probe.ops()}
     every: list = [None] * n
     dist.all_gather_object(every, mine)   # plaintext: timings only, on the CC-off default group
     if rank == 0:
-        summary = {"size_bytes": numel * 4, "world_size": n, "iters": args.iters, "paths": {}}
+        summary = {"op": args.op, "size_bytes": numel * 4, "world_size": n, "iters": args.iters, "paths": {}}
         for path in walls:
             wall = [w for r in every for w in r["walls_us"][path]]
             row = {"wall_us_median": statistics.median(wall),
@@ -115,7 +120,7 @@ def main() -> None:
                 row["stages_us_mean"] = {s: statistics.fmean(op.get(s, 0) for op in ops) / 1e3 for s in stages}
                 row["probed_total_us_median"] = statistics.median(sum(op.values()) for op in ops) / 1e3
             summary["paths"][path] = row
-        print(f"{args.size} all-reduce, {n} ranks, {args.iters} calls per path (median over calls of every rank)")
+        print(f"{args.size} {args.op.replace('_', '-')}, {n} ranks, {args.iters} calls per path (median over calls of every rank)")
         for path, row in summary["paths"].items():
             print(f"  {path:8s} wall {row['wall_us_median']:8.1f} us  (q1-q3 "
                   f"{row['wall_us_q1_q3'][0]:.1f}-{row['wall_us_q1_q3'][1]:.1f})")
