@@ -15,14 +15,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import torch
 import torch.distributed as dist
 
 
 def environ(pid: int) -> bytes:
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        return f.read()
+    """The environment block of live process ``pid``. A subprocess can be read too early:
+    ``Popen`` returns once the child is in ``execve`` (vfork), before the kernel has set
+    up its new block, and the read is then empty; so read again until it is there (the
+    child waits on its stdin, so it lives; bounded)."""
+    deadline = time.monotonic() + 10
+    while True:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            block = f.read()
+        if block or time.monotonic() > deadline:
+            return block
+        time.sleep(0.01)
 
 
 def main() -> None:
