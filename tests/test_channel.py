@@ -249,3 +249,47 @@ def test_a_plaintext_groups_channels_are_refused():
     for ask in (lambda: plain.tx(1), lambda: plain.rx(1), lambda: plain.group_channel(0)):
         with pytest.raises(ConfigError, match="plaintext"):
             ask()
+
+
+def test_host_seal_and_open_are_seal_and_open():
+    """The prepared ops' ``seal_host``/``open_host`` (issue 42): the same frames and nonces
+    as ``seal``/``open``, interleaved with them across a key rotation, the same counters and
+    recorded nonces; a refused frame buffer takes no nonce; a tampered frame raises, leaves
+    zeros and closes the channel; a truncated one is a format error."""
+    recorded = {"fast": [], "job": []}
+    tx = LinkChannel(KEY, 7, "0->1", rotate_after=2, recorder=lambda k, n: recorded["fast"].append((k, n)))
+    twin = LinkChannel(KEY, 7, "0->1", rotate_after=2, recorder=lambda k, n: recorded["job"].append((k, n)))
+    rx, rx_twin = _pair(rotate_after=2)
+    data = np.frombuffer(os.urandom(64), np.uint8)
+    with pytest.raises(FrameFormatError, match="frame buffer"):
+        tx.seal_host(data, np.zeros(64, np.uint8), _aad())
+    assert tx.counter == 0 and recorded["fast"] == []
+    for i in range(5):
+        a, b = np.zeros(64 + TAG_BYTES, np.uint8), np.zeros(64 + TAG_BYTES, np.uint8)
+        (tx.seal_host if i % 2 == 0 else tx.seal)(data, a, _aad(segment=i))
+        twin.seal(data, b, _aad(segment=i))
+        assert (a == b).all()
+        out, out_twin = np.zeros(64, np.uint8), np.zeros(64, np.uint8)
+        (rx.open_host if i % 2 else rx.open)(a, out, _aad(segment=i), collective="x#1", step=0, segment=i)
+        rx_twin.open(b, out_twin, _aad(segment=i))
+        assert (out == data).all() and (out_twin == data).all()
+    assert recorded["fast"] == recorded["job"] and tx.counter == rx.counter == 5
+    assert tx.counters.snapshot() == twin.counters.snapshot() | {"busy_seconds": tx.counters.busy_seconds}
+    assert rx.counters.bytes_opened == 5 * 64 and rx.counters.segments_opened == 5
+
+    frame = np.zeros(64 + TAG_BYTES, np.uint8)
+    tx.seal_host(data, frame, _aad())
+    frame[3] ^= 1
+    out = np.full(64, 0xAA, np.uint8)
+    with pytest.raises(IntegrityError) as e:
+        rx.open_host(frame, out, _aad(), collective="all_gather#9", step=0, segment=0)
+    assert (e.value.link, e.value.collective, e.value.step, e.value.segment) == ("0->1", "all_gather#9", 0, 0)
+    assert not out.any(), "unverified plaintext must not be left behind"
+    with pytest.raises(IntegrityError, match="closed after an earlier failure"):
+        rx.open_host(frame, out, _aad())
+    _, rx2 = _pair()
+    tx2 = LinkChannel(KEY, 7, "0->1")
+    frame = np.zeros(64 + TAG_BYTES, np.uint8)
+    tx2.seal_host(data, frame, _aad())
+    with pytest.raises(FrameFormatError):
+        rx2.open_host(frame[:-1], np.zeros(64, np.uint8), _aad())

@@ -36,9 +36,11 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import weakref
 
+import numpy as np
 import torch
 
 from ccddp.comm import probe
@@ -59,6 +61,8 @@ PREPARED_MAX = 64
 #: Whether the exchange, all-gather and reduce-scatter take the prepared path (tests
 #: compare it with the pipeline's).
 PREPARED = True
+#: Numpy views of buffers kept per prepared op, by address (the oldest dropped).
+VIEWS_KEPT = 8
 #: The ops a prepared op runs, and the ring phase of the last two.
 _PHASES = {Op.ALL_GATHER: "all_gather", Op.REDUCE_SCATTER: "reduce_scatter"}
 
@@ -88,7 +92,7 @@ class PreparedExchange:
     __slots__ = ("key", "op", "peer", "desc", "d_tx_aad", "d_rx_aad", "x_tx_aad", "x_rx_aad", "d_tx", "d_tx_np",
                  "d_rx", "d_rx_np", "theirs", "nbytes", "tx_nbytes", "send_region", "recv_region", "action", "where_name",
                  "x_tx", "x_tx_np", "x_rx", "x_rx_np", "opened", "opened_np", "tx_link", "rx_link", "whole",
-                 "plain_at", "plain_np")
+                 "_views")
 
     def __init__(self, g: Endpoint, numel: int, dtype: torch.dtype, reduction: Reduction,
                  op: Op = Op.EXCHANGE_ALL_REDUCE, bounds: tuple | None = None) -> None:
@@ -130,24 +134,40 @@ class PreparedExchange:
                 self.opened, self.opened_np = opened.view(dtype), opened.numpy()
         else:
             self.x_tx = None
-        # The numpy view of the last whole buffer sealed (an exchange's), by its address:
-        # the same address is the same bytes (same size and dtype by the key; the view
-        # keeps that memory alive). A region's view is made at each op: an all-gather's
-        # output is FSDP's unsharded parameter, which must not be kept alive here.
-        self.plain_at, self.plain_np = -1, None
+        # Numpy views of the buffers this op ran on, by address (see :meth:`views`).
+        self._views: dict[int, tuple] = {}
 
-    def plain(self, flat: torch.Tensor):
-        """The bytes of ``flat``'s send region as the numpy array the channel seals from."""
-        if not self.whole:
+    def views(self, flat: torch.Tensor) -> tuple:
+        """``(send, recv)``: the bytes of ``flat``'s send region (what the channel seals)
+        and, for a copy step, of its receive region (what the peer's frame opens into;
+        else None), as numpy arrays.
+
+        Kept by ``flat``'s address, and keeping nothing alive (an all-gather's output is
+        FSDP's unsharded parameter, freed after use): a view is used only while a tensor of
+        this op's size and dtype (the key) lies at its address, and is then that tensor's
+        memory. A tensor that is not contiguous gets views made for the op."""
+        if not flat.is_contiguous():
             a, b = self.send_region
-            return flat[a:b].view(torch.uint8).numpy()
-        if self.x_tx is None:                      # a large buffer is not held
-            return flat.view(torch.uint8).numpy()
+            ra, rb = self.recv_region
+            return (flat[a:b].view(torch.uint8).numpy(),
+                    flat[ra:rb].view(torch.uint8).numpy() if self.action == "copy" else None)
         at = flat.data_ptr()
-        if at != self.plain_at:
-            self.plain_np = flat.view(torch.uint8).numpy()
-            self.plain_at = at
-        return self.plain_np
+        got = self._views.get(at)
+        if got is None:
+            isz = flat.element_size()
+            a, b = self.send_region
+            ra, rb = self.recv_region
+            got = (_unowned(at + a * isz, (b - a) * isz),
+                   _unowned(at + ra * isz, (rb - ra) * isz) if self.action == "copy" else None)
+            if len(self._views) >= VIEWS_KEPT:
+                del self._views[next(iter(self._views))]
+            self._views[at] = got
+        return got
+
+
+def _unowned(at: int, nbytes: int) -> np.ndarray:
+    """A writable uint8 array over the ``nbytes`` at address ``at`` that keeps no memory alive."""
+    return np.frombuffer((ctypes.c_uint8 * nbytes).from_address(at), dtype=np.uint8)
 
 
 _PREPARED: "weakref.WeakKeyDictionary[Endpoint, dict]" = weakref.WeakKeyDictionary()
@@ -233,10 +253,11 @@ def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction
         if p.action == "reduce":
             opened_u8 = g.arena.take("opened", n)
             opened, opened_np = opened_u8.view(flat.dtype), opened_u8.numpy()
+    plain_np, region_np = p.views(flat)
     if p.action == "copy":
         # The frame opens straight into its region of the output (a buffer no frame
         # overlaps); a frame that fails leaves the region zeroed (the channel's open).
-        opened_np = flat[ra:rb].view(torch.uint8).numpy()
+        opened_np = region_np
     if probe.ON:
         probe.stamp("exchange: prepared op, data tag")
     # The descriptor's receive and send first, then the data's, as the pipeline posts them;
@@ -245,7 +266,7 @@ def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction
     if probe.ON:
         probe.stamp("exchange: descriptor irecv post")
     h, t = p.d_tx_aad
-    tx.seal(p.desc, p.d_tx_np, h + seq8 + t)
+    tx.seal_host(p.desc, p.d_tx_np, h + seq8 + t)
     counters.add_message(sealed=True, control=True)
     if probe.ON:
         probe.stamp("exchange: descriptor seal")
@@ -257,7 +278,7 @@ def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction
         probe.stamp("exchange: data irecv post")
     counters.add_message(sealed=True)
     h, t = p.x_tx_aad
-    tx.seal(p.plain(flat), x_tx_np, h + seq8 + t)
+    tx.seal_host(plain_np, x_tx_np, h + seq8 + t)
     if probe.ON:
         probe.stamp("exchange: data seal")
     x_send = tr.isend(x_tx, peer, tag)
@@ -270,7 +291,7 @@ def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction
         probe.stamp("wait: peer's descriptor")
     h, t = p.d_rx_aad
     theirs = p.theirs
-    rx.open(p.d_rx_np, theirs, h + seq8 + t, collective=where, step=0)
+    rx.open_host(p.d_rx_np, theirs, h + seq8 + t, collective=where, step=0)
     counters.add_message(sealed=False, control=True)
     mismatch = None if theirs == p.desc else differs(g, seq, peer, bytes(theirs), p.desc)
     try:
@@ -290,7 +311,7 @@ def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction
     # before the reduce, so ``flat`` (and ``into``) is untouched.
     counters.add_message(sealed=False)
     h, t = p.x_rx_aad
-    rx.open(x_rx_np, opened_np, h + seq8 + t, collective=where, step=0, segment=0)
+    rx.open_host(x_rx_np, opened_np, h + seq8 + t, collective=where, step=0, segment=0)
     if p.action == "reduce":
         if into is None:
             reduction.combine(flat[ra:rb] if not p.whole else flat, opened)

@@ -146,24 +146,30 @@ class LinkChannel:
     def _nonce(self, counter: int) -> bytes:
         return struct.pack(">IQ", self.link_id, counter)
 
+    def _next(self) -> tuple[_EpochKey, int, bytes]:
+        """The next counter, its epoch's key and its nonce, reported to the recorder (the
+        caller holds the lock)."""
+        if self.failure is not None:
+            raise IntegrityError(f"link {self.name} is closed after an earlier failure: {self.failure}",
+                                 link=self.name)
+        counter = self._counter
+        self._counter += 1
+        epoch = counter // self.rotate_after
+        while self._key.epoch < epoch:
+            self._key = self._epoch_key(self._key.epoch + 1, ratchet(self._key.key, self._key.epoch + 1))
+        nonce = self._nonce(counter)
+        if self.recorder is not None:
+            self.recorder(self._key.key_id, nonce)
+        return self._key, counter, nonce
+
     def _take(self, device=None, nbytes: int = 0) -> _Ticket:
         """The next counter's nonce (and its pad for a device frame of ``nbytes``)."""
         with self._lock:
-            if self.failure is not None:
-                raise IntegrityError(f"link {self.name} is closed after an earlier failure: {self.failure}",
-                                     link=self.name)
-            counter = self._counter
-            self._counter += 1
-            epoch = counter // self.rotate_after
-            while self._key.epoch < epoch:
-                self._key = self._epoch_key(self._key.epoch + 1, ratchet(self._key.key, self._key.epoch + 1))
-            nonce = self._nonce(counter)
-            if self.recorder is not None:
-                self.recorder(self._key.key_id, nonce)
+            key, counter, nonce = self._next()
             pad = None
             if device is not None:
-                pad = self._pads.take(counter, epoch, nbytes, device, key_id=self._key.key_id, nonce=nonce)
-            return _Ticket(self._key, nonce, pad)
+                pad = self._pads.take(counter, key.epoch, nbytes, device, key_id=key.key_id, nonce=nonce)
+            return _Ticket(key, nonce, pad)
 
     # -- pads ----------------------------------------------------------------------
     def prepare_pads(self, nbytes: int, device) -> int:
@@ -261,6 +267,51 @@ class LinkChannel:
 
     def seal(self, plaintext, frame, aad: bytes) -> None:
         self.seal_job(plaintext, frame, aad)()
+
+    # -- host frames, sealed on the calling thread ------------------------------------
+    # A prepared two-rank op (``ccddp.comm.prepared``) seals and opens four small frames in
+    # host memory per op, on the thread that takes their nonces: :meth:`seal` and
+    # :meth:`open` without the job, the engine choice or the ticket (issue 42). The same
+    # nonces in the same order (``_next``, under the lock), the same frames and counters,
+    # the same refusals and failures; a channel whose engine is not ``auto`` takes
+    # :meth:`seal`/:meth:`open`.
+    def seal_host(self, plaintext, frame, aad: bytes) -> None:
+        """:meth:`seal` of host buffers OpenSSL takes as they are (numpy arrays, bytes-likes)."""
+        if self.aead_engine is not AeadEngine.AUTO:
+            return self.seal(plaintext, frame, aad)
+        n = len(plaintext)
+        if len(frame) != n + TAG_BYTES:
+            raise FrameFormatError(f"frame buffer is {len(frame)} bytes, expected {n + TAG_BYTES}", link=self.name)
+        with self._lock:
+            key, _, nonce = self._next()
+        t0 = time.perf_counter()
+        key.aead.openssl.encrypt_into(nonce, plaintext, aad, frame)
+        self.counters.add_frame(True, n, time.perf_counter() - t0)
+
+    def open_host(self, frame, out, aad: bytes, *, collective: str = "?", step: int | None = None,
+                  segment: int | None = None) -> None:
+        """:meth:`open` into a host buffer OpenSSL takes as it is (a numpy array, a bytearray):
+        ``out`` holds verified plaintext, or zeros and :class:`IntegrityError` is raised."""
+        if self.aead_engine is not AeadEngine.AUTO:
+            return self.open(frame, out, aad, collective=collective, step=step, segment=segment)
+        n = len(out)
+        with self._lock:
+            key, _, nonce = self._next()
+        if len(frame) != n + TAG_BYTES:
+            self.failure = "truncated or padded frame"
+            raise FrameFormatError(f"frame is {len(frame)} bytes, expected {n + TAG_BYTES}",
+                                   link=self.name, collective=collective, step=step, segment=segment)
+        t0 = time.perf_counter()
+        try:
+            key.aead.openssl.decrypt_into(nonce, frame, aad, out)
+        except InvalidTag:
+            aead_engines.wipe(out, None, n)
+            self.failure = f"authentication failed in {collective} step {step}" + (
+                f" segment {segment}" if segment is not None else "")
+            raise IntegrityError("frame failed authentication (tampered, replayed, reordered, "
+                                 "dropped, spliced or wrong key)",
+                                 link=self.name, collective=collective, step=step, segment=segment) from None
+        self.counters.add_frame(False, n, time.perf_counter() - t0)
 
     def open(self, frame, out, aad: bytes, *, collective: str = "?", step: int | None = None,
              segment: int | None = None) -> None:
