@@ -209,13 +209,11 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         """How many c10d operations of each name were issued on this group."""
         return dict(self.queue.submitted)
 
-    def _collective_counters(self) -> dict:
-        """The collectives' crypto counters: this group's links and the sealed shard ring's
-        across trust domains."""
-        groups = [self.endpoint]
-        if self.domain_links is not None and self.domain_links.cross is not None:
-            groups.append(self.domain_links.cross)
-        return CryptoCounters.total([g.counters.snapshot() for g in groups])
+    def _collective_counters(self) -> tuple:
+        """The collectives' crypto counters (``CryptoCounters.values``): this group's links and
+        the sealed shard ring's across trust domains."""
+        mine, cross = self.endpoint.counters.values(), self.domain_links and self.domain_links.cross
+        return mine if cross is None else tuple(a + b for a, b in zip(mine, cross.counters.values()))
 
     def crypto_counters(self, op: str | None = None) -> dict:
         """A snapshot of this group's crypto counters (``CryptoCounters`` fields): every op's
@@ -223,7 +221,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
         (as in :attr:`calls`) sealed and opened: ``pg.crypto_counters("all_reduce")["bytes_sealed"]``."""
         if op is not None:
             return self.queue.counted.get(op)
-        return CryptoCounters.total([self._collective_counters(), self.peer_links.counters.snapshot()])
+        collective = CryptoCounters.as_dict(self._collective_counters())
+        return CryptoCounters.total([collective, self.peer_links.counters.snapshot()])
 
     def counters_by_op(self) -> dict[str, dict]:
         """Crypto counters per c10d op name, of the ops run so far (sent and received

@@ -24,7 +24,8 @@ small pool, not from the thread that ran the op: completing a future runs its ca
 and a callback may issue another op of this group and wait for it (PowerSGD's hook does),
 which must then be free to run. One asked for afterwards is returned already completed.
 
-What each op sealed and opened. Given the group's crypto counters (a snapshot function),
+What each op sealed and opened. Given the group's crypto counters (a function that returns
+them as :meth:`CryptoCounters.values <ccddp.crypto.counters.CryptoCounters.values>` does),
 the queue counts each op's share under the op's name (``counted``): ops run one at a time,
 so the counters' change across a job is that job's alone -- provided nothing else seals on
 those counters meanwhile (the backend keeps point-to-point messages on counters of their
@@ -48,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from ccddp.comm import probe
-from ccddp.crypto.counters import CountersByOp, CryptoCounters
+from ccddp.crypto.counters import CountersByOp
 
 #: How long an op may wait unclaimed before the worker starts it (the worker's idle poll).
 UNCLAIMED_START_S = 0.05
@@ -96,10 +97,10 @@ def _complete(future: torch.futures.Future, ticket: Ticket) -> None:
 
 
 class OpQueue:
-    def __init__(self, name: str, counters: Callable[[], dict] | None = None) -> None:
+    def __init__(self, name: str, counters: Callable[[], tuple] | None = None) -> None:
         self._pending: collections.deque[Ticket] = collections.deque()
-        # ``counters``: a snapshot of the crypto counters the ops seal on; each op's change
-        # of them is summed under its name in ``counted``.
+        # ``counters``: the crypto counters the ops seal on, as a tuple (CryptoCounters.values);
+        # each op's change of them is summed under its name in ``counted``.
         self._counters = counters
         self.counted = CountersByOp()
         # The op being run (by the worker or by a waiting caller), if any, and how many ops
@@ -211,7 +212,7 @@ class OpQueue:
             finally:
                 if before is not None:
                     # A failed op sealed and opened too (up to the frame that failed).
-                    self.counted.add(ticket.op, CryptoCounters.diff(self._counters(), before))
+                    self.counted.add_between(ticket.op, self._counters(), before)
         ticket.error = self._failure
         ticket.job = None  # drop the closure (and the tensors it holds) once run
         with self._cond:
