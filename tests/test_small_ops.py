@@ -597,3 +597,32 @@ def test_a_tampered_frame_of_a_prepared_all_gather_or_reduce_scatter_is_refused(
     # Rank 1's own chunk is in place, the peer's region zeroed by the failed open.
     assert r1["all_gather"] == ("refused", [0.0, 0.0, 2.0, 2.0], None, "all_gather", 0)
     assert r1["reduce_scatter"] == ("refused", [9.0, 9.0], True, "reduce_scatter", 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.bool,
+                                   torch.complex64])
+def test_combine_into_an_output_is_the_in_place_combine(dtype):
+    """A prepared reduce-scatter writes ``chunk (op) opened`` straight into its output:
+    the same bits as the in-place combine on a copy, for every reduction of every dtype,
+    and the chunk (the caller's input) is left as it was."""
+    from ccddp.comm.reduce import Reduction
+    from ccddp.errors import ConfigError
+
+    g = torch.Generator().manual_seed(7)
+
+    def draw():
+        if dtype is torch.bool:
+            return torch.rand(513, generator=g) > 0.5
+        return (torch.randn(513, generator=g, dtype=torch.float64) * 9).to(dtype)
+
+    for red in Reduction:
+        try:
+            red.check(dtype, "test")
+        except ConfigError:
+            continue
+        region, incoming = draw(), draw()
+        kept, in_place, out = region.clone(), region.clone(), torch.empty_like(region)
+        red.combine(in_place, incoming)
+        red.combine(region, incoming, out=out)
+        assert torch.equal(region, kept), red
+        assert in_place.view(torch.uint8).equal(out.view(torch.uint8)), red

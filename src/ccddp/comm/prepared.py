@@ -316,9 +316,9 @@ def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction
         if into is None:
             reduction.combine(flat[ra:rb] if not p.whole else flat, opened)
         else:
-            # The pipeline's ``work[ra:rb] (op)= opened``, then copied out: the same bits.
-            into.copy_(flat[ra:rb])
-            reduction.combine(into, opened)
+            # The pipeline's ``work[ra:rb] (op)= opened``, then copied out: the same bits,
+            # written into ``into`` in one pass.
+            reduction.combine(flat[ra:rb], opened, out=into)
     if probe.ON:
         probe.stamp("exchange: open + reduce")
     tr.wait(x_send, peer, FrameLabel(p.tx_link, where))

@@ -58,28 +58,32 @@ class Reduction(enum.IntEnum):
         if self in (Reduction.MIN, Reduction.MAX) and dtype.is_complex:
             raise ConfigError(f"{what}: {self.name} is not defined for complex tensors ({name})")
 
-    def combine(self, region: torch.Tensor, incoming: torch.Tensor) -> None:
-        """``region = region (op) incoming``, in place; ``incoming`` has region's shape and dtype."""
+    def combine(self, region: torch.Tensor, incoming: torch.Tensor, out: torch.Tensor | None = None) -> None:
+        """``region = region (op) incoming``, in place; ``incoming`` has region's shape and dtype.
+        With ``out`` (that shape and dtype too): ``out = region (op) incoming``, ``region``
+        unchanged -- the same bits as copying ``region`` into ``out`` and combining there,
+        in one pass (a prepared reduce-scatter's output)."""
+        dest = region if out is None else out
         if self in (Reduction.SUM, Reduction.AVG):
             if region.dtype == torch.bool:
-                region.logical_or_(incoming)
+                torch.logical_or(region, incoming, out=dest)
             else:
-                region.add_(incoming)
+                torch.add(region, incoming, out=dest)
         elif self == Reduction.PRODUCT:
             if region.dtype == torch.bool:
-                region.logical_and_(incoming)
+                torch.logical_and(region, incoming, out=dest)
             else:
-                region.mul_(incoming)
+                torch.mul(region, incoming, out=dest)
         elif self == Reduction.MIN:
-            torch.minimum(region, incoming, out=region)
+            torch.minimum(region, incoming, out=dest)
         elif self == Reduction.MAX:
-            torch.maximum(region, incoming, out=region)
+            torch.maximum(region, incoming, out=dest)
         elif self == Reduction.BAND:
-            region.bitwise_and_(incoming)
+            torch.bitwise_and(region, incoming, out=dest)
         elif self == Reduction.BOR:
-            region.bitwise_or_(incoming)
+            torch.bitwise_or(region, incoming, out=dest)
         else:
-            region.bitwise_xor_(incoming)
+            torch.bitwise_xor(region, incoming, out=dest)
 
     def finish(self, tensor: torch.Tensor, world_size: int) -> None:
         """What follows the ring: AVG divides the sum by the group size."""
