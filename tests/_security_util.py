@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 
-from dist_util import adopt_environment, caller_environment, rank_processes
+from dist_util import CallerContext, rank_processes
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(TESTS), "src")
@@ -45,8 +45,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, world_size, port, pg_timeout, out, args, caller_env, env):
-    adopt_environment(caller_env)
+def _entry(fn, rank, world_size, port, pg_timeout, out, args, caller, env):
+    caller.adopt()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
     os.environ.update(env or {})
@@ -83,8 +83,8 @@ def spawn(fn, world_size: int, *args, timeout: float = 120.0, pg_timeout: float 
     out = ctx.Queue()
     port = free_port()
     sizes = world_sizes or [world_size] * world_size
-    caller_env = caller_environment()
-    procs = [ctx.Process(target=_entry, args=(fn, r, sizes[r], port, pg_timeout, out, args, caller_env, env),
+    caller = CallerContext()
+    procs = [ctx.Process(target=_entry, args=(fn, r, sizes[r], port, pg_timeout, out, args, caller, env),
                          daemon=True)
              for r in range(world_size)]
     for p in procs:

@@ -47,22 +47,36 @@ def rank_processes():
     """The multiprocessing context every rank helper starts ranks with: "forkserver" with
     torch preloaded. A fork server is a fresh process (no test's threads, locks or
     patched modules are inherited, as with "spawn"); only its environment is the one it
-    started with, so each rank takes the caller's environment of the moment through
-    :func:`caller_environment`."""
+    started with, so each rank takes the caller's environment and standard streams of
+    the moment through :class:`CallerContext`."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)  # once the server runs, later calls change nothing
     return ctx
 
 
-def caller_environment() -> dict:
-    """``os.environ`` now, for a rank to take as its own (see :func:`adopt_environment`)."""
-    return dict(os.environ)
+class CallerContext:
+    """What a spawned rank would inherit from its caller and a forked one does not: the
+    caller's environment and its standard output and error *of the moment the rank
+    starts* (pytest's ``capfd`` points them at files of its own; a fork server kept the
+    ones it started with). Made in the caller, pickled into the rank with ``Process``'s
+    arguments -- the two descriptors travel as descriptors -- and adopted first thing."""
 
+    def __init__(self, env: dict | None = None, stdio: tuple = ()) -> None:
+        self.env = dict(os.environ) if env is None else env
+        self.stdio = stdio
 
-def adopt_environment(env: dict) -> None:
-    """Make this rank's environment the caller's, as a spawned rank would have found it."""
-    os.environ.clear()
-    os.environ.update(env)
+    def __reduce__(self):
+        from multiprocessing.reduction import DupFd  # only while a Process is being started
+
+        return (CallerContext, (self.env, (DupFd(1), DupFd(2))))
+
+    def adopt(self) -> None:
+        os.environ.clear()
+        os.environ.update(self.env)
+        for target, fd in zip((1, 2), self.stdio):
+            received = fd.detach()
+            os.dup2(received, target)
+            os.close(received)
 
 
 class RankFailure(Exception):
@@ -77,8 +91,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, world_size, port, pg_timeout, out, args, env):
-    adopt_environment(env)
+def _entry(fn, rank, world_size, port, pg_timeout, out, args, caller):
+    caller.adopt()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
     import torch
@@ -112,8 +126,8 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 120.0, pg_timeout: fl
     ctx = rank_processes()
     out = ctx.Queue()
     port = _free_port()
-    env = caller_environment()
-    procs = [ctx.Process(target=_entry, args=(fn, r, world_size, port, pg_timeout, out, args, env), daemon=True)
+    caller = CallerContext()
+    procs = [ctx.Process(target=_entry, args=(fn, r, world_size, port, pg_timeout, out, args, caller), daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()
