@@ -9,7 +9,6 @@ to a feeder thread.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import queue
 import socket
@@ -17,6 +16,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
+
+from dist_util import CallerContext, rank_processes
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(TESTS), "src")
@@ -44,7 +45,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, world_size, port, pg_timeout, out, args, env):
+def _entry(fn, rank, world_size, port, pg_timeout, out, args, caller, env):
+    caller.adopt()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
     os.environ.update(env or {})
@@ -77,11 +79,13 @@ def spawn(fn, world_size: int, *args, timeout: float = 120.0, pg_timeout: float 
     it is listed in ``expect_silent`` (a rank the test kills or freezes on purpose): it
     then comes back as ``Outcome(ok=False, type_name="died" or "silent")`` once the
     others have reported."""
-    ctx = mp.get_context("spawn")
+    ctx = rank_processes()
     out = ctx.Queue()
     port = free_port()
     sizes = world_sizes or [world_size] * world_size
-    procs = [ctx.Process(target=_entry, args=(fn, r, sizes[r], port, pg_timeout, out, args, env), daemon=True)
+    caller = CallerContext()
+    procs = [ctx.Process(target=_entry, args=(fn, r, sizes[r], port, pg_timeout, out, args, caller, env),
+                         daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()
