@@ -350,8 +350,13 @@ def test_selftest_attacks_the_links_across_domains(tmp_path):
     for r in rows:
         assert r["passed"] is True, r
         assert "rank 0 (domain 0) -> rank 2 (domain 1)" in r["expected"], r
-        caught = "PeerTimeoutError at rank 2" if r["attack"] == "stall" else "IntegrityError at rank 2: 0->1"
-        assert r["observed"].startswith(caught), r
+        if r["attack"] == "stall":
+            # A stalled frame leaves both ends of the link waiting on each other (rank 2 for
+            # the frame, rank 0 for rank 2's next one): the row names whichever timer fired
+            # first, and under load that is either end (seen: rank 0 after 2.1 s).
+            assert r["observed"].startswith(("PeerTimeoutError at rank 2", "PeerTimeoutError at rank 0")), r
+        else:
+            assert r["observed"].startswith("IntegrityError at rank 2: 0->1"), r
 
 
 def test_launch_takes_the_trust_domains_and_keeps_the_other_settings(monkeypatch):
