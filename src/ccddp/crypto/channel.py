@@ -234,6 +234,19 @@ class LinkChannel:
 
         return job
 
+    # -- refusals: the channel closes, the caller gets a typed error --------------------
+    def _refuse_size(self, got: int, n: int, collective: str, step, segment) -> FrameFormatError:
+        self.failure = "truncated or padded frame"
+        return FrameFormatError(f"frame is {got} bytes, expected {n + TAG_BYTES}",
+                                link=self.name, collective=collective, step=step, segment=segment)
+
+    def _refuse_tag(self, collective: str, step, segment) -> IntegrityError:
+        self.failure = f"authentication failed in {collective} step {step}" + (
+            f" segment {segment}" if segment is not None else "")
+        return IntegrityError("frame failed authentication (tampered, replayed, reordered, "
+                              "dropped, spliced or wrong key)",
+                              link=self.name, collective=collective, step=step, segment=segment)
+
     def open_job(self, frame, out, aad: bytes, *, collective: str = "?", step: int | None = None,
                  segment: int | None = None) -> Job:
         """Take the next expected nonce now; return a job that verifies ``frame`` and writes
@@ -245,20 +258,13 @@ class LinkChannel:
 
         def job() -> None:
             if len(frame) != n + TAG_BYTES:
-                self.failure = "truncated or padded frame"
-                raise FrameFormatError(f"frame is {len(frame)} bytes, expected {n + TAG_BYTES}",
-                                       link=self.name, collective=collective, step=step, segment=segment)
+                raise self._refuse_size(len(frame), n, collective, step, segment)
             t0 = time.perf_counter()
             try:
                 self._run(ticket, device, aead_engines.open_into, frame, aad, out)
             except InvalidTag:
                 aead_engines.wipe(out, device, n)
-                self.failure = f"authentication failed in {collective} step {step}" + (
-                    f" segment {segment}" if segment is not None else "")
-                raise IntegrityError("frame failed authentication (tampered, replayed, reordered, "
-                                     "dropped, spliced or wrong key)",
-                                     link=self.name, collective=collective, step=step,
-                                     segment=segment) from None
+                raise self._refuse_tag(collective, step, segment) from None
             counters.add_frame(False, n, time.perf_counter() - t0)
             if device is not None:
                 self._top_up(n, device)
@@ -298,19 +304,13 @@ class LinkChannel:
         with self._lock:
             key, _, nonce = self._next()
         if len(frame) != n + TAG_BYTES:
-            self.failure = "truncated or padded frame"
-            raise FrameFormatError(f"frame is {len(frame)} bytes, expected {n + TAG_BYTES}",
-                                   link=self.name, collective=collective, step=step, segment=segment)
+            raise self._refuse_size(len(frame), n, collective, step, segment)
         t0 = time.perf_counter()
         try:
             key.aead.openssl.decrypt_into(nonce, frame, aad, out)
         except InvalidTag:
             aead_engines.wipe(out, None, n)
-            self.failure = f"authentication failed in {collective} step {step}" + (
-                f" segment {segment}" if segment is not None else "")
-            raise IntegrityError("frame failed authentication (tampered, replayed, reordered, "
-                                 "dropped, spliced or wrong key)",
-                                 link=self.name, collective=collective, step=step, segment=segment) from None
+            raise self._refuse_tag(collective, step, segment) from None
         self.counters.add_frame(False, n, time.perf_counter() - t0)
 
     def open(self, frame, out, aad: bytes, *, collective: str = "?", step: int | None = None,
