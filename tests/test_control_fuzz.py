@@ -445,3 +445,21 @@ def test_allowlist_ranks_must_be_integers():
         with pytest.raises(ConfigError, match="ranks must be a list"):
             Allowlist({"a": pub}, {"a": bad})
     assert Allowlist({"a": pub}, {"a": [0, 2]}).verify(2, pub, b"", b"") == "a"
+
+
+def test_a_rank_of_the_previous_wire_version_is_refused_at_setup():
+    """A v1 rank sends a small op's descriptor and data apart and posts descriptor receives
+    with no room for a v2 rank's message (gloo would abort it): the two stop at the hello,
+    saying why."""
+    import struct
+
+    from ccddp.crypto import session
+
+    def exchange(mine):
+        theirs = bytearray(mine)
+        theirs[:12] = b"ccddp-ses/v1"
+        theirs[12:16] = struct.pack(">I", 1)
+        return [mine, bytes(theirs)]
+
+    with pytest.raises(ConfigError, match="rank 1's setup message has an unknown format .*ccddp version"):
+        session.agree_session(None, 0, 2, exchange, context=CONTEXT)

@@ -6,11 +6,17 @@ Invariants:
 - with each secure collective (settings ``check_descriptors``, the default) each rank
   sends every peer it receives data from, and receives from every peer it sends to, a
   sealed descriptor (op, reduction, element count, dtype, root, wire, a digest of the
-  settings) on tag 0, as a frame of one fixed size: ranks that called different
-  collectives still pair these messages, so gloo never sees a frame of the wrong size
-  (which it answers by aborting the process);
-- the collective's data goes on a tag derived from the descriptor (:func:`data_tag`, a
-  keyed hash: the tag on the wire gives away no hash of the descriptor), so ranks that
+  settings) on tag 0: ranks that called different collectives still pair these messages;
+- every receive on tag 0 is posted with room for the longest tag-0 message
+  (:data:`TAG0_CAPACITY`), because a two-rank op of at most :data:`FOLDED_DATA_MAX` bytes
+  sends its data frame in its descriptor's message (:mod:`ccddp.comm.prepared`, wire
+  :data:`FOLDED`): gloo takes a message shorter than the receive (the rest of the buffer
+  is left as it was) but aborts the process on a longer one, so no tag-0 message is ever
+  longer than the receive it meets. A tag-0 message always starts with the sealed
+  descriptor, of one fixed size (:data:`DESC_FRAME`), so a receiver opens and compares
+  that first, whatever follows;
+- the other collectives' data goes on a tag derived from the descriptor (:func:`data_tag`,
+  a keyed hash: the tag on the wire gives away no hash of the descriptor), so ranks that
   called different collectives never pair their data frames either;
 - :meth:`Descriptors.verify` runs before the first data frame is waited on (and again at
   the end): a mismatch raises a :class:`ConfigError` that says what differs at once,
@@ -41,8 +47,16 @@ from ccddp.crypto.channel import TAG_BYTES
 from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError, one_line
 
 DESC = struct.Struct(f">BBQ{DTYPE_NAME_BYTES}sIB16s")
+#: A sealed descriptor on the wire: the first bytes of every tag-0 message.
+DESC_FRAME = DESC.size + TAG_BYTES
+#: The most plaintext a data frame that travels in its descriptor's message may carry.
+FOLDED_DATA_MAX = 1 << 20
+#: What every tag-0 receive has room for: a descriptor and a folded data frame.
+TAG0_CAPACITY = DESC_FRAME + FOLDED_DATA_MAX + TAG_BYTES
 # Which wire a collective's data takes: the one both ends must post on.
-WIRES = ("gloo", "an ordered wire (NCCL)")
+WIRES = ("gloo", "an ordered wire (NCCL)", "gloo, in the descriptor's message")
+#: The index in :data:`WIRES` of a data frame sent in its descriptor's message.
+FOLDED = 2
 
 
 def describe(g: Endpoint, op: Op, numel: int, dtype: str, root: int, reduction: Reduction,
@@ -99,7 +113,8 @@ class Descriptors:
         self.g, self.seq, self.mine, self.recv_from = g, seq, mine, recv_from
         self.tag = data_tag(g, seq, mine)
         tr = g.transport
-        self.frames = {p: torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8) for p in recv_from}
+        # Room for a peer's folded message too: see the module's invariants.
+        self.frames = {p: torch.empty(TAG0_CAPACITY, dtype=torch.uint8) for p in recv_from}
         if probe.ON:
             probe.stamp("descriptor: tag HMAC + buffers")
         self.works = {p: tr.irecv(self.frames[p], p) for p in recv_from}
@@ -127,7 +142,8 @@ class Descriptors:
             tr.wait(self.works[p], p, FrameLabel(f"{p}->{g.rank}", f"descriptor#{seq}", 0))
             theirs = bytearray(len(mine))
             aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, p, g.rank, len(mine), "").pack()
-            g.channels.rx(p).open(self.frames[p].numpy(), theirs, aad, collective=f"descriptor#{seq}", step=0)
+            g.channels.rx(p).open(self.frames[p].numpy()[:DESC_FRAME], theirs, aad,
+                                  collective=f"descriptor#{seq}", step=0)
             g.counters.add_message(sealed=False, control=True)
             if bytes(theirs) != mine:
                 mismatch = differs(g, seq, p, bytes(theirs), mine)
@@ -148,6 +164,11 @@ def differs(g: Endpoint, seq: int, p: int, theirs: bytes, mine: bytes) -> Config
     """The error that says how rank ``p``'s descriptor ``theirs`` differs from ours."""
     if theirs[-16:] != mine[-16:]:
         return ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
+    if only_wire_differs(theirs, mine) and FOLDED in (DESC.unpack(theirs)[5], DESC.unpack(mine)[5]):
+        return ConfigError(
+            f"collective #{seq}: rank {p} sends its data over {wire_name(theirs)}, rank {g.rank} over "
+            f"{wire_name(mine)}: a two-rank op of at most {FOLDED_DATA_MAX >> 20} MiB in host memory goes in "
+            "the descriptor's message, so both ranks need their tensors in host memory (or both on a device)")
     if only_wire_differs(theirs, mine):
         return ConfigError(
             f"collective #{seq}: rank {p} sends its frames over {wire_name(theirs)}, rank "

@@ -46,7 +46,9 @@ from ccddp.crypto.keys import SESSION_ID_BYTES, GroupSecret, _hkdf
 from ccddp.crypto.wirejson import parse_json
 from ccddp.errors import ConfigError, one_line
 
-_MAGIC = b"ccddp-ses/v1"  # 12 bytes
+# v2: a small two-rank op's data travels in its descriptor's message, which a v1 rank's
+# receive has no room for (gloo would abort it): ranks of the two versions stop here instead.
+_MAGIC = b"ccddp-ses/v2"  # 12 bytes
 _HELLO = struct.Struct(">12sI32s")  # magic, rank, contribution; the context JSON follows
 _CONTRIBUTION_BYTES = 32
 _MAC_BYTES = 32
