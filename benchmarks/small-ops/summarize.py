@@ -11,7 +11,9 @@ floor; then the median over the alternations, before and after::
     python benchmarks/small-ops/summarize.py RUNS_DIR --out benchmarks/small-ops/paired.json
 
 ``breakdown.py --json`` files in the same directory, named ``breakdown-<tree>-<k>.json``,
-are kept too: per path, the wall median and each stage's median, per run.
+are kept too: per path, the wall median and each stage's median, per run; and with
+``--fsdp2 DIR``, ``fsdp2.py --json`` files ``fsdp2-<tree>-<k>.json`` there: per run, the
+CC-on/CC-off ratio with its interval, the step medians and whether the losses agreed.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def main() -> None:
     p.add_argument("--note", default=None, help="what before and after are")
     p.add_argument("--before", default="main", help="the before tree's name in the file names")
     p.add_argument("--after", default="wt-small", help="the after tree's name in the file names")
+    p.add_argument("--fsdp2", default=None, help="a directory of fsdp2.py --json files fsdp2-<tree>-<k>.json")
     args = p.parse_args()
     cells: dict[tuple, dict] = {}
     breakdowns: dict[str, dict] = {}
@@ -75,6 +78,8 @@ def main() -> None:
         out["note"] = args.note
     if breakdowns:
         out["breakdown_4k"] = dict(sorted(breakdowns.items()))
+    if args.fsdp2:
+        out["fsdp2"] = fsdp2_runs(Path(args.fsdp2), args.before, args.after)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print("| ranks | op | size | impl | before: time us, vs gloo (per run) | after: time us, vs gloo (per run) |")
     print("|---|---|---|---|---|---|")
@@ -88,6 +93,23 @@ def main() -> None:
             floor = f", floor {s['vs_floor_median']}x" if s["vs_floor_median"] is not None else ""
             cols.append(f"{s['time_us_median']} us, **{s['vs_gloo_median']}x** ({per}){floor}")
         print(f"| {row['world_size']} | {row['op']} | {row['bytes']} | {row['impl']} | {cols[0]} | {cols[1]} |")
+
+
+def fsdp2_runs(where: Path, before: str, after: str) -> dict:
+    """Per tree, each FSDP2 run's ccddp/gloo estimate and 95 % interval, step medians, losses."""
+    out: dict[str, list] = {"before": [], "after": []}
+    for f in sorted(where.glob("fsdp2-*.json")):
+        m = re.match(rf"fsdp2-({re.escape(before)}|{re.escape(after)})-(\d+)$", f.stem)
+        if not m:
+            continue
+        d = json.load(open(f))
+        r = d["ratio_ccddp_over_gloo"]
+        out["before" if m.group(1) == before else "after"].append({
+            "alternation": int(m.group(2)), "ccddp_over_gloo": round(r["estimate"], 3),
+            "interval_95": [round(r["low"], 3), round(r["high"], 3)], "pairs": r["n"],
+            "step_ms_median": {k: round(v, 1) for k, v in d["step_ms_median"].items()},
+            "losses_equal": d["losses_equal"], "layers": d["layers"], "width": d["width"]})
+    return out
 
 
 if __name__ == "__main__":
