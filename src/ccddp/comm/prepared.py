@@ -99,8 +99,9 @@ def _aad_parts(ctx: FrameContext) -> tuple[bytes, bytes]:
 class PreparedExchange:
     """What a two-rank one-step op of one shape needs besides its seq and data: the
     descriptor, the step's send and receive regions and action, the AAD parts of its four
-    frames, the descriptor's frames, and (small ops) the data frames and the buffer a
-    received frame that is reduced is opened into, with their numpy views.
+    frames, numpy views of the endpoint's tag-0 receive, and (ops of at most
+    :data:`PREPARED_BUFFER_BYTES`) the message it sends and the buffer a received frame
+    that is reduced is opened into, with their numpy views.
 
     Nothing secret or per-op is kept: nonces are taken from the channels at each op, the
     tag and every AAD's seq are computed at each op; buffers are rewritten by every op.
@@ -308,9 +309,8 @@ def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction
     h, t = p.d_tx_aad
     tx.seal_host(p.desc, d_tx_np, h + seq8 + t)
     counters.add_message(sealed=True, control=True)
-    if p.folded:
-        x_recv = None
-    else:
+    if not p.folded:
+        # Above 1 MiB: the descriptor goes now, the data on its own tag, as the pipeline's.
         tag = data_tag(g, seq, p.desc)
         d_send = tr.isend(d_tx, peer)
         x_recv = tr.irecv(x_rx, peer, tag)
@@ -343,7 +343,7 @@ def run_prepared(g: Endpoint, flat: torch.Tensor, p: PreparedExchange, reduction
     if mismatch is not None:
         raise mismatch
     where = f"{p.where_name}#{seq}"
-    if x_recv is not None:
+    if not p.folded:
         tr.wait(x_recv, peer, FrameLabel(p.rx_link, where, 0, 0))
     if probe.ON:
         probe.stamp("exchange: descriptor open + compare, data frame")
