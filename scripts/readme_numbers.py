@@ -52,8 +52,7 @@ def spans(n: dict) -> dict[str, str]:
                           + f" on {job['machine']} ({job['date']})"),
         "suite_about": _about(suite["seconds"]),
         "suite_run": (f"all {suite['tests']:,} tests in {_clock(suite['seconds'])} -- {suite['passed']:,} pass, "
-                      f"{suite['failed']:,} fail, {suite['skipped']:,} skip (the CUDA variants, without a GPU) --, "
-                      f"of which the {suite['unit_tests']:,} unit tests take {_clock(suite['unit_seconds'])} "
+                      f"{suite['failed']:,} fail, {suite['skipped']:,} skip (the CUDA variants, without a GPU) -- "
                       f"({suite['machine']}, {suite['date']})"),
         "suite_counts": f"{suite['tests']:,} tests, {suite['skipped']:,} of them skipping without a GPU",
         "fast_tier": (f"{fast['tests']:,} of {fast['of']:,} on {fast['date']}, {_clock(fast['seconds'])}, "

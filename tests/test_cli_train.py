@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from ccddp.bench.launch import free_port
 
 SECRET = "04fccafb0452801fd7829c2113e85de94146f84ef090b1f880c47b8dcf90fec9"
@@ -111,11 +113,19 @@ torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
     assert reason(stderr + "[rank0]: ccddp: error: rank 0: ConfigError: x\n").startswith("ccddp: error: rank 0")
 
 
-def test_cc_off_and_on_take_turns_in_one_launch_and_print_paired_ratios(tmp_path):
-    out = tmp_path / "cmp.json"
+@pytest.fixture(scope="module")
+def turns(tmp_path_factory):
+    """One launch of three variants taking turns, in a pipe (no terminal), that two tests
+    read: its result file, its output."""
+    out = tmp_path_factory.mktemp("turns") / "cmp.json"
     r = _ccddp("train", "--workload", "graphsage", "--size", "tiny", "--cc", "off,on", "--schedule", "naive,pipelined",
                "--world-size", "2", "--steps", "6", "--warmup", "1", "--timeout", "60", "--json", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
+    return out, r
+
+
+def test_cc_off_and_on_take_turns_in_one_launch_and_print_paired_ratios(turns):
+    out, r = turns
     data = json.loads(out.read_text())
     assert data["schema"] == "ccddp.train.compare/1"
     runs = {run["variant"]: run for run in data["runs"]}
@@ -197,18 +207,16 @@ def test_precision_stops_a_budgeted_launch_once_the_ratios_are_that_precise(tmp_
     assert stops == [{"precision"}, {"time cap"}]
 
 
-def test_train_says_what_it_launched_then_each_iteration_once(tmp_path):
+def test_train_says_what_it_launched_then_each_iteration_once(turns):
     # In a pipe (no terminal): the launch line comes first, before any rank starts, and
     # rank 0 alone prints one line per iteration of each variant (none repeated by rank 1).
-    r = _ccddp("train", "--workload", "graphsage", "--size", "tiny", "--cc", "off,on", "--steps", "2",
-               "--warmup", "1", "--timeout", "60", "--json", str(tmp_path / "t.json"))
-    assert r.returncode == 0, r.stderr[-2000:]
+    out, r = turns
     lines = r.stdout.splitlines()
-    assert lines[0].startswith("ccddp train: graphsage (tiny) on 2 ranks, cc off, on:pipelined; "
-                               "1 warm-up + 2 measured iterations"), lines[:3]
-    assert str(tmp_path / "t.json") in lines[0]
-    for variant in ("off", "on:pipelined"):
+    assert lines[0].startswith("ccddp train: graphsage (tiny) on 2 ranks, cc off, on:naive, on:pipelined; "
+                               "1 warm-up + 6 measured iterations"), lines[:3]
+    assert str(out) in lines[0]
+    for variant in ("off", "on:naive", "on:pipelined"):
         progress = [line.split() for line in lines if line.startswith("  iteration ")]
         progress = [" ".join(p) for p in progress if p[2].rstrip(":") == variant]
-        assert [p.split()[1] for p in progress] == ["1/3", "2/3", "3/3"], lines
-        assert "(warm-up)" in progress[0] and "(warm-up)" not in progress[1]
+        assert [p.split()[1] for p in progress] == [f"{k}/7" for k in range(1, 8)], lines
+        assert "(warm-up)" in progress[0] and not any("(warm-up)" in p for p in progress[1:])

@@ -386,7 +386,7 @@ def test_the_readme_first_screen_says_what_it_is_then_the_commands_then_the_exam
     commands = [line.split("#", 1)[0].strip() for line in block]
     assert commands == ["python -m venv .venv && . .venv/bin/activate",
                         "bash scripts/setup.sh && ccddp characterize --quick --out runs/quick",
-                        "bash scripts/setup.sh && python -m pytest -q"]
+                        "bash scripts/setup.sh && python -m pytest -q -n auto"]
     before = first.split("```bash", 1)[0]
     assert "torch.distributed" in before and "AES-256-GCM" in before          # what it is, first
     assert "**Runs today**" in first.split("```bash", 1)[1]                  # then what runs today
