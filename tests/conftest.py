@@ -61,7 +61,10 @@ def _compile_for_children() -> None:
     import ccddp
 
     for where in (os.path.dirname(ccddp.__file__), os.path.dirname(__file__)):
-        compileall.compile_dir(where, quiet=1)
+        try:
+            compileall.compile_dir(where, quiet=1)
+        except OSError:     # a read-only checkout: the processes compile for themselves, as before
+            pass
 
 
 def _spawns_directly(node: ast.AST) -> bool:
