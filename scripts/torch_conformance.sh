@@ -5,6 +5,8 @@
 #   bash scripts/torch_conformance.sh [OUT] [pytest -k EXPRESSION]
 # The full suite takes hours on two shared cores: run it in the background, e.g.
 #   nohup bash scripts/torch_conformance.sh runs/conformance > runs/conformance.out 2>&1 &
+# Ranks are spawned as PyTorch spawns them; CONFORMANCE_START=forkserver forks them from a
+# process that imported the suite once (a fifth of the CPU; what tests/ uses for its slice).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/conformance}"

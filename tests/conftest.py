@@ -42,11 +42,40 @@ SPAWNING_NAMES = {"run_ranks", "run_process_ranks", "run_thread_ranks", "spawn",
 LAUNCHING_COMMANDS = {"train", "bench", "characterize", "selftest", "calibrate", "validate", "launch"}
 
 
+@functools.lru_cache(maxsize=None)
+def _pytest():
+    import pytest
+
+    return pytest
+
+
+def pytest_cmdline_main(config):
+    """``-n`` without ``--dist`` distributes as ``loadgroup``: tests one at a time to
+    whichever worker is free (xdist's default, ``load``), except those that share a
+    ``xdist_group`` mark, which one worker runs together -- tests that read one launch
+    through a module fixture (which each worker would otherwise run for itself)."""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", None) == "no":
+        config.option.dist = "loadgroup"
+
+
+# Before xdist's own hook, which turns an unset ``--dist`` into ``load``.
+pytest_cmdline_main = _pytest().hookimpl(tryfirst=True)(pytest_cmdline_main)
+
+
+@_pytest().hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    # A worker parses the command line afresh (no ``--dist`` there): tell it the mode.
+    node.workerinput["ccddp_dist"] = node.config.option.dist
+
 def pytest_configure(config):
     for name, text in MARKS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    # Known without xdist too (``-p no:xdist``), where the grouping below changes nothing.
+    config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker with its group")
     if not hasattr(config, "workerinput"):     # once, in pytest's own process (not per xdist worker)
         _compile_for_children()
+    elif config.workerinput.get("ccddp_dist") == "loadgroup":
+        config.option.loadgroup = True          # what xdist sets from an explicit --dist loadgroup
 
 
 def _compile_for_children() -> None:
@@ -99,12 +128,26 @@ def _spawning_functions(path: str) -> frozenset[str]:
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
+    pytest = _pytest()
     for item in items:
         _mark(item, pytest)
         if any(item.get_closest_marker(m) for m in SLOW) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+        _group_by_shared_fixture(item, pytest)
+
+
+pytest_collection_modifyitems = _pytest().hookimpl(tryfirst=True)(pytest_collection_modifyitems)
+
+
+def _group_by_shared_fixture(item, pytest) -> None:
+    """Tests that read a fixture their module makes once (a launch, a report) get one
+    ``xdist_group`` (see :func:`pytest_cmdline_main`): split over workers, each worker
+    would make it again. Marked before xdist reads the marks (``tryfirst``)."""
+    infos = getattr(item, "_fixtureinfo", None)
+    for name in sorted(getattr(item, "fixturenames", ())):
+        defs = infos.name2fixturedefs.get(name) if infos else None
+        if defs and defs[-1].scope in ("module", "class") and defs[-1].baseid == item.nodeid.split("::")[0]:
+            item.add_marker(pytest.mark.xdist_group(f"{defs[-1].baseid}::{name}"))
 
 
 def _mark(item, pytest) -> None:

@@ -1,5 +1,6 @@
 """DDP training under trust domains (``ccddp launch --nnodes 2 ... domains_main.py OUT``,
-``CCDDP_SETTINGS='{"trust_domains": "node"}'``), or the same under gloo for reference.
+``CCDDP_SETTINGS='{"trust_domains": "node"}'``), or the same under gloo for reference
+(:func:`train` on ranks a test forks).
 
 Each rank trains a small model a few steps, all-reduces a tensor of its own random values
 (the markers a test looks for on the wire), and writes to ``OUT/rank{r}.json`` its final
@@ -24,8 +25,13 @@ def markers(rank: int) -> torch.Tensor:
 
 
 def main() -> None:
-    out = sys.argv[1]
     dist.init_process_group("gloo")       # served by ccddp under ccddp launch
+    train(sys.argv[1])
+
+
+def train(out: str) -> None:
+    """The run on the default group already made (also the gloo reference's ranks, which
+    tests/dist_util.py's ``run_ranks`` forks)."""
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),

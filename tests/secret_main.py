@@ -3,7 +3,8 @@
 The script does what training scripts do with their environment: it logs ``os.environ``
 and starts a subprocess and a data-loader worker, which report what they inherited. Each
 rank writes what it saw to ``OUT/rank{r}.txt`` and prints it; the test then searches
-everything the launch printed or wrote for the secret.
+everything the launch printed or wrote for the secret. Each rank also saves the
+environment blocks ``environ_main.py`` saves, so that one launch serves both tests.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def main() -> None:
     with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
+    from environ_main import save_blocks
+
+    save_blocks(out)        # what environ_main.py saves, read by the environment-block test
     dist.destroy_process_group()
 
 

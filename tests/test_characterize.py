@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-ARGS = ["characterize", "--workloads", "graphsage,resnet50,bert-base", "--world-sizes", "2", "--size", "tiny",
+ARGS = ["characterize", "--workloads", "graphsage,resnet50", "--world-sizes", "2", "--size", "tiny",
         "--steps", "1", "--warmup", "0", "--schedules", "pipelined", "--no-projection", "--timeout", "60"]
 
 
@@ -42,8 +42,8 @@ def test_interrupted_sweep_leaves_valid_results_and_resumes(tmp_path):
     p.communicate(timeout=120)
     data = json.loads(results.read_text())  # still valid JSON
     done = {r["key"] for r in data["runs"] if r["status"] == "ok"}
-    # Three groups: the interrupt lands before the last one even on a slow machine.
-    assert done and len(done) < 6, done
+    # Two groups: the interrupt lands while the second one runs (a launch of seconds).
+    assert done and len(done) < 4, done
     first = {r["key"]: r["result"]["param_sha256"] for r in data["runs"] if r["status"] == "ok"}
 
     p = _ccddp(out)
@@ -51,8 +51,8 @@ def test_interrupted_sweep_leaves_valid_results_and_resumes(tmp_path):
     assert p.returncode == 0, stderr[-2000:]
     data = json.loads(results.read_text())
     assert sorted(r["key"] for r in data["runs"] if r["status"] == "ok") == [
-        "bert-base/ws2/cc-off", "bert-base/ws2/cc-on/pipelined", "graphsage/ws2/cc-off",
-        "graphsage/ws2/cc-on/pipelined", "resnet50/ws2/cc-off", "resnet50/ws2/cc-on/pipelined"]
+        "graphsage/ws2/cc-off", "graphsage/ws2/cc-on/pipelined", "resnet50/ws2/cc-off",
+        "resnet50/ws2/cc-on/pipelined"]
     # What was there was kept, not recomputed.
     for key, sha in first.items():
         assert next(r for r in data["runs"] if r["key"] == key)["result"]["param_sha256"] == sha

@@ -246,35 +246,37 @@ def test_a_gloo_group_under_a_ccddp_default_group_is_sealed(tmp_path):
     assert not found(markers, wire_bytes(tmp_path / "wire"))
 
 
-def test_the_group_secret_reaches_the_ranks_only(tmp_path):
-    secret = "5be2c09f7d31a4e86f0b2d9c13e7a5846d2f8b0c71e3a9d54b6c2e1f0a8d7c39"
-    done = _ccddp("launch", "--nproc-per-node", "2", str(HERE / "secret_main.py"), str(tmp_path),
-                  env=_env(CCDDP_GROUP_SECRET=secret))
+@pytest.fixture(scope="module")
+def given_secret_launch(tmp_path_factory):
+    """One ``ccddp launch`` with CCDDP_GROUP_SECRET given, of secret_main.py (which also
+    saves what environ_main.py saves), read by the two tests below."""
+    out = tmp_path_factory.mktemp("given-secret")
+    done = _ccddp("launch", "--nproc-per-node", "2", str(HERE / "secret_main.py"), str(out),
+                  env=_env(CCDDP_GROUP_SECRET=SECRET_HEX))
     assert done.returncode == 0, done.stderr[-3000:]
+    return done, out
+
+
+def test_the_group_secret_reaches_the_ranks_only(given_secret_launch):
+    done, out = given_secret_launch
     for r in (0, 1):
-        seen = (tmp_path / f"rank{r}.txt").read_text()
+        seen = (out / f"rank{r}.txt").read_text()
         assert "subprocess sees: <absent>" in seen and "data-loader worker sees: <absent>" in seen
         assert "all_reduce: [2.0" in seen, "the ranks still had the secret for their group"
-    written = [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
+    written = [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()]
+    assert len(written) >= 10
     for text in (done.stdout, done.stderr, *written):
-        assert secret not in text and secret.upper() not in text
+        assert SECRET_HEX not in text and SECRET_HEX.upper() not in text
 
 
-@pytest.mark.parametrize("given", [True, False], ids=["CCDDP_GROUP_SECRET given", "secret made by the launch"])
-def test_no_environment_block_of_the_launch_holds_the_secret(given, tmp_path):
+def _check_environment_blocks(out) -> None:
     """/proc/<pid>/environ of the agent, each rank, a forked child and a subprocess (read
     while the ranks' group is in use) holds neither the secret nor a CCDDP_GROUP_SECRET
     variable."""
-    env = _env(CCDDP_GROUP_SECRET=SECRET_HEX) if given else _env()
-    if not given:
-        env.pop("CCDDP_GROUP_SECRET", None)
-        env.pop("CCDDP_GROUP_SECRET_FILE", None)
-    done = _ccddp("launch", "--nproc-per-node", "2", str(HERE / "environ_main.py"), str(tmp_path), env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    blocks = {p.name: p.read_bytes() for p in tmp_path.glob("*.environ")}
+    blocks = {p.name: p.read_bytes() for p in out.glob("*.environ")}
     assert len(blocks) == 8, sorted(blocks)
     for r in (0, 1):
-        assert b"torch.distributed.run" in (tmp_path / f"rank{r}-agent.cmdline").read_bytes()
+        assert b"torch.distributed.run" in (out / f"rank{r}-agent.cmdline").read_bytes()
     for name, block in blocks.items():
         assert b"PATH=" in block, f"{name}: not an environment block"
         assert SECRET_HEX.encode() not in block and SECRET_HEX.upper().encode() not in block, name
@@ -283,6 +285,20 @@ def test_no_environment_block_of_the_launch_holds_the_secret(given, tmp_path):
     # The rank took the path out of os.environ: what it executes later is not told it (a fork
     # shares the rank's original block, which names the path, never the secret).
     assert b"CCDDP_GROUP_SECRET_FILE=" not in blocks["rank0-subprocess.environ"]
+
+
+def test_no_environment_block_of_the_launch_holds_the_secret_given(given_secret_launch):
+    _check_environment_blocks(given_secret_launch[1])
+
+
+def test_no_environment_block_of_the_launch_holds_the_secret_it_made(tmp_path):
+    """The same when no secret is given and the launch makes one."""
+    env = _env()
+    env.pop("CCDDP_GROUP_SECRET", None)
+    env.pop("CCDDP_GROUP_SECRET_FILE", None)
+    done = _ccddp("launch", "--nproc-per-node", "2", str(HERE / "environ_main.py"), str(tmp_path), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _check_environment_blocks(tmp_path)
 
 
 @pytest.mark.parametrize("given", [True, False], ids=["CCDDP_GROUP_SECRET given", "secret made by the command"])
