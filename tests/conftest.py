@@ -11,12 +11,18 @@
 A test may carry one of these marks itself; then it is left as it is. ``multiprocess``
 and ``soak`` tests are also marked ``slow``. Run ``pytest -m "not slow"`` (or ``-m unit``)
 for the fast tier, ``pytest -m "not soak"`` to skip the soak.
+
+Under ``-n`` (pytest-xdist) without ``--dist``, tests are distributed as ``loadgroup``, and
+the tests of a module that read a fixture it makes once (module scope: a launch, a report)
+form one group, run by one worker, so that fixture is made once, not once per worker.
 """
 
 import ast
 import functools
 import os
 import sys
+
+import pytest
 
 # Rank functions live in test modules; spawned ranks import them from here.
 sys.path.insert(0, os.path.dirname(__file__))
@@ -42,13 +48,7 @@ SPAWNING_NAMES = {"run_ranks", "run_process_ranks", "run_thread_ranks", "spawn",
 LAUNCHING_COMMANDS = {"train", "bench", "characterize", "selftest", "calibrate", "validate", "launch"}
 
 
-@functools.lru_cache(maxsize=None)
-def _pytest():
-    import pytest
-
-    return pytest
-
-
+@pytest.hookimpl(tryfirst=True)          # before xdist's, which turns an unset --dist into "load"
 def pytest_cmdline_main(config):
     """``-n`` without ``--dist`` distributes as ``loadgroup``: tests one at a time to
     whichever worker is free (xdist's default, ``load``), except those that share a
@@ -58,14 +58,11 @@ def pytest_cmdline_main(config):
         config.option.dist = "loadgroup"
 
 
-# Before xdist's own hook, which turns an unset ``--dist`` into ``load``.
-pytest_cmdline_main = _pytest().hookimpl(tryfirst=True)(pytest_cmdline_main)
-
-
-@_pytest().hookimpl(optionalhook=True)
+@pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     # A worker parses the command line afresh (no ``--dist`` there): tell it the mode.
     node.workerinput["ccddp_dist"] = node.config.option.dist
+
 
 def pytest_configure(config):
     for name, text in MARKS.items():
@@ -127,30 +124,29 @@ def _spawning_functions(path: str) -> frozenset[str]:
     return frozenset(spawning)
 
 
+@pytest.hookimpl(tryfirst=True)          # the marks exist before xdist's worker reads them
 def pytest_collection_modifyitems(config, items):
-    pytest = _pytest()
     for item in items:
-        _mark(item, pytest)
+        _mark(item)
         if any(item.get_closest_marker(m) for m in SLOW) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
-        _group_by_shared_fixture(item, pytest)
+        _group_by_shared_fixture(item)
 
 
-pytest_collection_modifyitems = _pytest().hookimpl(tryfirst=True)(pytest_collection_modifyitems)
-
-
-def _group_by_shared_fixture(item, pytest) -> None:
-    """Tests that read a fixture their module makes once (a launch, a report) get one
-    ``xdist_group`` (see :func:`pytest_cmdline_main`): split over workers, each worker
-    would make it again. Marked before xdist reads the marks (``tryfirst``)."""
+def _group_by_shared_fixture(item) -> None:
+    """A test that reads a fixture its module makes once (a launch, a report: module
+    scope) joins its module's ``xdist_group`` (see :func:`pytest_cmdline_main`): tests
+    split over workers would have each worker make it again."""
+    module = item.nodeid.split("::")[0]
     infos = getattr(item, "_fixtureinfo", None)
-    for name in sorted(getattr(item, "fixturenames", ())):
+    for name in getattr(item, "fixturenames", ()):
         defs = infos.name2fixturedefs.get(name) if infos else None
-        if defs and defs[-1].scope in ("module", "class") and defs[-1].baseid == item.nodeid.split("::")[0]:
-            item.add_marker(pytest.mark.xdist_group(f"{defs[-1].baseid}::{name}"))
+        if defs and defs[-1].scope in ("module", "class") and defs[-1].baseid == module:
+            item.add_marker(pytest.mark.xdist_group(module))
+            return
 
 
-def _mark(item, pytest) -> None:
+def _mark(item) -> None:
     if any(item.get_closest_marker(m) for m in MARKS if m != "slow"):
         return
     path = str(item.fspath)
