@@ -4,7 +4,8 @@
 - ``multiprocess``: a test that starts processes -- it, a fixture it uses, or a function of
   its module it calls (transitively) uses ``run_ranks``/``spawn`` (the rank helpers),
   ``subprocess``, ``multiprocessing``, ``torchrun``, or runs a ``ccddp`` command that
-  launches ranks through the in-process CLI (``main(["train", ...])``); ranks as threads
+  launches ranks through the in-process CLI (``main(["train", ...])``,
+  ``ccddp_here("launch", ...)``); ranks as threads
   (``tests/thread_ranks.py``, imported as ``run_ranks``) count here too: they take seconds;
 - ``unit``: everything else (one process, seconds).
 
@@ -103,6 +104,9 @@ def _spawns_directly(node: ast.AST) -> bool:
                 and n.args and isinstance(n.args[0], (ast.List, ast.Tuple)) and n.args[0].elts
                 and isinstance(n.args[0].elts[0], ast.Constant) and n.args[0].elts[0].value in LAUNCHING_COMMANDS):
             return True
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "ccddp_here"
+                and n.args and isinstance(n.args[0], ast.Constant) and n.args[0].value in LAUNCHING_COMMANDS):
+            return True     # the same command through the fixture (``ccddp_here("launch", ...)``)
     return False
 
 
@@ -122,6 +126,25 @@ def _spawning_functions(path: str) -> frozenset[str]:
         spawning |= more
         grew = bool(more)
     return frozenset(spawning)
+
+
+@pytest.fixture
+def ccddp_here(capsys):
+    """``ccddp ARGV`` in this test's process, for a command that must stop before it starts
+    anything (a refusal, a usage error): ``run(*argv) -> (exit status, stderr)``, without a
+    fresh interpreter (~1.5 s each). A command wrongly let through still starts its
+    torchrun and ranks as processes, where the test sees them."""
+    def run(*argv: str) -> tuple[int, str]:
+        from ccddp.cli import main
+
+        capsys.readouterr()
+        try:
+            code = main(list(argv))
+        except SystemExit as e:     # argparse's own usage errors
+            code = e.code
+        return code, capsys.readouterr().err
+
+    return run
 
 
 @pytest.hookimpl(tryfirst=True)          # the marks exist before xdist's worker reads them

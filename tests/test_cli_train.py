@@ -70,18 +70,11 @@ def test_two_nodes_on_loopback_match_a_single_node_run(turns, tmp_path):
     (["train", "--workload", "resnet50", "--cc", "off,on", "--budget", "9", "--precision", "10"],
      "fraction of the ratio"),
 ], ids=lambda v: v if isinstance(v, str) else None)
-def test_user_errors_are_one_line(args, expect, monkeypatch, capsys):
-    """Refused before any rank starts, so in this process (a fresh interpreter per case
-    cost ~1.4 s): exit status 2 and one line on stderr, no traceback."""
-    from ccddp.cli import main as ccddp_main
-
+def test_user_errors_are_one_line(args, expect, monkeypatch, ccddp_here):
+    """Refused before any rank starts, so in this process: exit status 2 and one line on
+    stderr, no traceback."""
     monkeypatch.setenv("CCDDP_GROUP_SECRET", "")
-    capsys.readouterr()
-    try:
-        code = ccddp_main(args)
-    except SystemExit as e:     # argparse's own usage errors
-        code = e.code
-    err = capsys.readouterr().err
+    code, err = ccddp_here(*args)
     assert code == 2, (args, err)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and expect in lines[0] and "Traceback" not in err, (args, err)

@@ -67,24 +67,17 @@ def _ccddp(*args: str, env: dict | None = None, timeout: float = 300) -> subproc
                           text=True, timeout=timeout)
 
 
-def _launch_here(monkeypatch, capsys, *args: str, env: dict | None = None) -> tuple[int, str]:
-    """``ccddp launch ARGS`` in this process, for a launch that must be refused: its exit
-    status and its stderr, without a fresh interpreter (~1.5 s each). A launch the guard
-    wrongly let through still starts torchrun and its ranks as processes, where the
-    hostile store's pickle and the ranks' files show it. ``env``: the variables the
-    command sees besides this process's own (no ``PET_*``, no group secret)."""
-    from ccddp.cli import main
-
+def _launch_here(monkeypatch, ccddp_here, *args: str, env: dict | None = None) -> tuple[int, str]:
+    """``ccddp launch ARGS`` in this process (conftest's ``ccddp_here``), for a launch that
+    must be refused: its exit status and its stderr. A launch the guard wrongly let through
+    still starts torchrun and its ranks as processes, where the hostile store's pickle and
+    the ranks' files show it. ``env``: the variables the command sees besides this
+    process's own (no ``PET_*``, no group secret)."""
     for name in [k for k in os.environ if k.startswith("PET_")] + ["CCDDP_GROUP_SECRET"]:
         monkeypatch.delenv(name, raising=False)
     for name, value in (env or {}).items():
         monkeypatch.setenv(name, value)
-    capsys.readouterr()
-    try:
-        code = main(["launch", *args])
-    except SystemExit as e:     # argparse's own usage errors
-        code = e.code
-    return code, capsys.readouterr().err
+    return ccddp_here("launch", *args)
 
 
 SCRIPT = str(HERE / "restart_main.py")
@@ -103,9 +96,9 @@ def test_the_hostile_store_runs_code_in_torchruns_dynamic_rendezvous(hostile_sto
                                         ["--rdzv-backend", "etcd-v2"]])
 @pytest.mark.timeout(120)
 def test_launch_refuses_a_dynamic_rendezvous_before_anything_reads_the_store(hostile_store, tmp_path, rendezvous,
-                                                                             monkeypatch, capsys):
+                                                                             monkeypatch, ccddp_here):
     endpoint, marker = hostile_store
-    code, stderr = _launch_here(monkeypatch, capsys, *rendezvous, "--rdzv-endpoint", endpoint, "--rdzv-id", RUN_ID,
+    code, stderr = _launch_here(monkeypatch, ccddp_here, *rendezvous, "--rdzv-endpoint", endpoint, "--rdzv-id", RUN_ID,
                                 "--nproc-per-node", "2", SCRIPT, str(tmp_path))
     assert code == 2
     assert not marker.exists(), "the host's pickle ran"
@@ -117,8 +110,8 @@ def test_launch_refuses_a_dynamic_rendezvous_before_anything_reads_the_store(hos
 
 @pytest.mark.parametrize("argv", [["--nnodes", "1:2"], ["--nnodes", "2"]])
 @pytest.mark.timeout(120)
-def test_launch_needs_a_fixed_node_count_and_node_0s_address(argv, tmp_path, monkeypatch, capsys):
-    code, stderr = _launch_here(monkeypatch, capsys, *argv, "--nproc-per-node", "1", SCRIPT, str(tmp_path),
+def test_launch_needs_a_fixed_node_count_and_node_0s_address(argv, tmp_path, monkeypatch, ccddp_here):
+    code, stderr = _launch_here(monkeypatch, ccddp_here, *argv, "--nproc-per-node", "1", SCRIPT, str(tmp_path),
                                 env={"CCDDP_GROUP_SECRET": SECRET_HEX})
     assert code == 2 and stderr.startswith("ccddp: error: ")
     assert "--master-port" in stderr
@@ -169,7 +162,7 @@ def test_torchrun_reads_each_spelling_as_a_dynamic_rendezvous(case, monkeypatch)
 
 @pytest.mark.parametrize("case", DYNAMIC)
 @pytest.mark.timeout(120)
-def test_launch_refuses_every_spelling_of_a_dynamic_rendezvous(case, hostile_store, tmp_path, monkeypatch, capsys):
+def test_launch_refuses_every_spelling_of_a_dynamic_rendezvous(case, hostile_store, tmp_path, monkeypatch, ccddp_here):
     """However it is asked for, a dynamic rendezvous is refused in one line before torchrun
     starts: the host's store (which holds a pickle that would create a file) is never read
     by an agent, and no rank runs."""
@@ -177,7 +170,7 @@ def test_launch_refuses_every_spelling_of_a_dynamic_rendezvous(case, hostile_sto
     argv, env = DYNAMIC[case]
     # The dynamic cases point at the hostile store; the static rest of the launch is valid.
     target = {"PET_RDZV_ENDPOINT": endpoint, "PET_RDZV_ID": RUN_ID}
-    code, stderr = _launch_here(monkeypatch, capsys, *argv, "--nproc-per-node", "2", SCRIPT, str(tmp_path),
+    code, stderr = _launch_here(monkeypatch, ccddp_here, *argv, "--nproc-per-node", "2", SCRIPT, str(tmp_path),
                                 env={**target, **env})
     assert code == 2, (code, stderr[-2000:])
     lines = stderr.strip().splitlines()
@@ -206,8 +199,8 @@ def test_pet_variables_become_options_and_never_reach_torchrun():
 
 
 @pytest.mark.timeout(120)
-def test_a_usage_error_is_one_line(tmp_path, monkeypatch, capsys):
-    code, stderr = _launch_here(monkeypatch, capsys, "--rdzv", "c10d", SCRIPT, str(tmp_path))
+def test_a_usage_error_is_one_line(tmp_path, monkeypatch, ccddp_here):
+    code, stderr = _launch_here(monkeypatch, ccddp_here, "--rdzv", "c10d", SCRIPT, str(tmp_path))
     assert code == 2
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ccddp: error: torchrun's options: ambiguous option")
