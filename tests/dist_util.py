@@ -38,8 +38,8 @@ def child_env(extra: dict | None = None, *, first: tuple = ()) -> dict:
 
 #: Imported once, in the fork server, before any rank starts: a rank then starts as a fork
 #: of a process that has torch loaded (~0.1 s) instead of importing it afresh (~3 s on two
-#: busy cores, per rank, per case). ``torch._dynamo`` too: the backend's op methods are
-#: ``torch.compiler.disable``-d, which imports it (~1.3 s a rank). Third-party modules only:
+#: busy cores, per rank, per case). ``torch._dynamo`` too: DDP imports it (~1.3 s a rank;
+#: the backend alone does not, :mod:`ccddp.backend.eager`). Third-party modules only:
 #: ccddp and the test modules are imported by each rank under the environment its test
 #: gives it.
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "numpy", "cryptography.hazmat.primitives.ciphers.aead"]

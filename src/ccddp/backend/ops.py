@@ -90,8 +90,9 @@ class Op:
 
 def method(op: Op):
     """The ``ProcessGroup`` method c10d calls for ``op``: ``ProcessGroupCCDDP._run(op, ...)``,
-    with torch's signature (``op.check``'s), kept out of dynamo's tracing. pybind11 finds it
-    as it finds any Python override (``getattr`` on the group, at each C++ call)."""
+    with torch's signature (``op.check``'s); the group keeps it out of dynamo's tracing
+    (:mod:`ccddp.backend.eager`). pybind11 finds it as it finds any Python override
+    (``getattr`` on the group, at each C++ call)."""
     def bound(self, *args, **kwargs):
         return self._run(op, *args, **kwargs)
 
@@ -99,7 +100,7 @@ def method(op: Op):
     params = list(inspect.signature(op.check).parameters.values())
     bound.__signature__ = inspect.Signature([params[0].replace(name="self")] + params[1:])
     bound.__doc__ = f"c10d's ``{op.method}`` ({op.name}), sealed: ``ccddp.backend.ops``."
-    return torch.compiler.disable(bound)
+    return bound
 
 
 # -- engine entry points (the queue's thread) ---------------------------------------------------

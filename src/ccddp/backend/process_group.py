@@ -31,7 +31,7 @@ point-to-point, and, with trust domains larger than one rank, the domain's plain
 AF_UNIX links (:mod:`ccddp.backend.local_links`) and the shard's sealed ring across
 domains (all-reduce, broadcast and equal reduce-scatter then run :mod:`ccddp.comm.hierarchy`).
 They are registered nowhere: users, torch's group registry and ``torch.compile`` never see
-them, and every op method is kept out of dynamo's tracing (``torch.compiler.disable``).
+them, and every op method is kept out of dynamo's tracing (:mod:`ccddp.backend.eager`).
 
 Example::
 
@@ -50,6 +50,7 @@ import torch.distributed as dist
 from ccddp.backend import ops
 from ccddp.backend.calls import device_of, flatten
 from ccddp.backend.device_backend import register_device_backends
+from ccddp.backend.eager import keep_eager
 from ccddp.backend.links import device_wire, domain_links, internal_links, prove_domains
 from ccddp.backend.peers import monitored_barrier, recv, recv_anysource, send
 from ccddp.backend.placement import DeviceOrder, Placement, choose, rates_from_profile
@@ -62,8 +63,6 @@ from ccddp.comm.transport import Transport
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.device import triton_available
 from ccddp.errors import ConfigError
-
-_eager = torch.compiler.disable
 
 # The c10d methods a per-device backend forwards to its group (torch calls them on the backend).
 _DEVICE_OPS = tuple(op.method for op in ops.TABLE) + ("monitored_barrier", "send", "recv", "recv_anysource")
@@ -146,10 +145,7 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
     barrier = ops.method(ops.BARRIER)
 
     # -- the ops outside the table: sealed point-to-point messages (ccddp.backend.peers) --------
-    monitored_barrier = _eager(monitored_barrier)
-    send = _eager(send)
-    recv = _eager(recv)
-    recv_anysource = _eager(recv_anysource)
+    monitored_barrier, send, recv, recv_anysource = monitored_barrier, send, recv, recv_anysource
 
     # -- queueing --------------------------------------------------------------------
     def _run(self, op: ops.Op, *args, **kwargs) -> CollectiveWork:
@@ -247,3 +243,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
     def abort(self) -> None:
         self.shutdown()
+
+
+# Every c10d entry point, aliases included, is kept out of dynamo's tracing (ccddp.backend.eager).
+_ENTRY_POINTS = {id(vars(ProcessGroupCCDDP)[name]) for name in _DEVICE_OPS}
+keep_eager(ProcessGroupCCDDP, *(name for name, fn in vars(ProcessGroupCCDDP).items() if id(fn) in _ENTRY_POINTS))

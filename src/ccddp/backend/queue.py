@@ -48,15 +48,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from ccddp.backend.eager import keep_eager
 from ccddp.comm import probe
 from ccddp.crypto.counters import CountersByOp
 
 #: How long an op may wait unclaimed before the worker starts it (the worker's idle poll).
 UNCLAIMED_START_S = 0.05
 
-# What runs an op on the caller's thread is kept out of dynamo's tracing: under
-# ``torch.compile`` a collective's wait must run the sealed op, not trace it.
-_eager = torch.compiler.disable
 
 
 class TicketState(enum.Enum):
@@ -132,7 +130,6 @@ class OpQueue:
             probe.stamp("queue: submit + work")
         return ticket
 
-    @_eager
     def start(self, ticket: Ticket) -> None:
         """Have the worker run ``ticket`` (and what is queued before it) without waiting
         for anyone to claim it."""
@@ -140,7 +137,6 @@ class OpQueue:
             if ticket.state is TicketState.QUEUED:
                 self._cond.notify()
 
-    @_eager
     def wait(self, ticket: Ticket, timeout_s: float | None = None) -> bool:
         """Wait until ``ticket``'s op has run (False on timeout); raise its error if it
         failed. Without a timeout, an op that is next in line while none runs is run here."""
@@ -167,7 +163,6 @@ class OpQueue:
         latch.release()
         return True
 
-    @_eager
     def future(self, ticket: Ticket) -> torch.futures.Future:
         """``ticket``'s future, completed with its result (or error) once the op has run;
         asking for it starts the op."""
@@ -252,3 +247,8 @@ class OpQueue:
             self._cond.notify()
         self._thread.join(timeout=timeout_s)
         self._completer.shutdown(wait=False)
+
+
+# What runs an op on the caller's thread is kept out of dynamo's tracing: under
+# ``torch.compile`` a collective's wait must run the sealed op, not trace it.
+keep_eager(OpQueue, "start", "wait", "future")
