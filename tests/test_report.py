@@ -302,6 +302,19 @@ def test_the_paired_interval_is_the_inverted_wilcoxon_signed_rank_test():
     assert -0.15 < big.low < big.estimate < big.high < 0.15
 
 
+def test_the_null_distributions_lower_tail_is_the_whole_ones():
+    """The interval reads only the lower half of the signed-rank null; computed alone it
+    is, value for value, the start of the whole distribution (which sums to one and is
+    symmetric)."""
+    from ccddp.stats import signed_rank_null
+
+    for n in (1, 2, 5, 6, 13, 40):
+        whole = signed_rank_null(n)
+        assert abs(whole.sum() - 1.0) < 1e-12 and (whole == whole[::-1]).all()
+        for upto in (0, n, n * (n + 1) // 4, n * (n + 1) // 2, n * n):
+            assert (signed_rank_null(n, upto) == whole[:upto + 1]).all(), (n, upto)
+
+
 def test_a_ratio_whose_interval_holds_one_is_no_measurable_difference(report_dir):
     d, data = report_dir
     res = Results(data)
