@@ -53,8 +53,12 @@ def keep_eager(owner: type, *names: str) -> None:
 
 
 def _disable(targets: list[tuple[type, str]], disable) -> None:
+    made: dict[int, object] = {}           # one wrapper per function: an alias stays the same object
     for owner, name in targets:
-        setattr(owner, name, disable(owner.__dict__[name]))
+        fn = owner.__dict__[name]
+        if id(fn) not in made:
+            made[id(fn)] = disable(fn)
+        setattr(owner, name, made[id(fn)])
 
 
 def _on_dynamo_loaded(dynamo) -> None:
