@@ -200,6 +200,16 @@ def check_workload_name(name: str) -> str:
     return name
 
 
+def workload_from(args: argparse.Namespace):
+    """The workload ``args`` ask for (torch and the model's library load here, not at
+    import: the command's parent process checks the request with it and launches)."""
+    from ccddp.workloads import get_workload
+
+    overrides = {"batch_size": args.batch_size, "seq_len": args.seq_len, "image_size": args.image_size,
+                 "dtype": args.dtype, "seed": args.seed}
+    return get_workload(args.workload, size=args.size, **{k: v for k, v in overrides.items() if v is not None})
+
+
 def is_comparison(variants: list[Variant]) -> bool:
     """Whether a launch measures CC-on/CC-off ratios: CC-off and at least one CC-on."""
     return any(v.cc == "off" for v in variants) and len(variants) > 1

@@ -47,7 +47,7 @@ import torch.distributed as dist
 from ccddp.bench import devices
 from ccddp.bench.machine import machine_info
 from ccddp.bench.options import (PHASES, PROGRESS_ENV, SCHEDULES, Variant, build_parser, check,  # noqa: F401
-                                 trust_domains_setting, variant_key)
+                                 trust_domains_setting, variant_key, workload_from)
 from ccddp.bench.reference import GlooReference, ReferenceSettings
 from ccddp.bench.worker import init_from_env, run_worker
 from ccddp.comm import CommSettings, SecureGroup, Transport
@@ -76,14 +76,6 @@ def settings_from(args: argparse.Namespace, variant: Variant) -> CommSettings | 
     return CommSettings(impl=SCHEDULES[variant.schedule], segment_bytes=int(args.segment_mb * (1 << 20)),
                         chains=args.chains, tag=args.tag, timeout_s=args.timeout, placement=args.placement,
                         trust_domains=trust_domains_setting(args.trust_domains))
-
-
-def workload_from(args: argparse.Namespace):
-    from ccddp.workloads import get_workload
-
-    overrides = {"batch_size": args.batch_size, "seq_len": args.seq_len, "image_size": args.image_size,
-                 "dtype": args.dtype, "seed": args.seed}
-    return get_workload(args.workload, size=args.size, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def param_sha256(module: torch.nn.Module) -> str:

@@ -58,7 +58,7 @@ def check_request(args: argparse.Namespace) -> None:
     first, without torch (an answer in well under a second), then what needs the model."""
     variants = check_arguments(args)
     from ccddp.bench.memory import check_fits
-    from ccddp.bench.train import workload_from
+    from ccddp.bench.options import workload_from
 
     wl = workload_from(args)
     # Variants that do not fit together take turns one model at a time: each must fit alone.
