@@ -28,6 +28,13 @@ import pytest
 # Rank functions live in test modules; spawned ranks import them from here.
 sys.path.insert(0, os.path.dirname(__file__))
 
+# pytest keeps each test module's assertion-rewritten bytecode beside it, unless
+# PYTHONDONTWRITEBYTECODE is set (this project's machines set it): then every pytest process
+# (each xdist worker, each run) rewrote all ~120 test modules again, ~3 s of its collection.
+# Only this process: the processes tests start keep the variable. Imports here find ccddp's
+# and the test helpers' bytecode written already (``_compile_for_children``).
+sys.dont_write_bytecode = False
+
 # Triton chooses compiled or interpreted kernels once, when it is first imported: without
 # a GPU the device AES-GCM tests run its kernels through the interpreter, decided here
 # before any test (or library) can import Triton. Spawned ranks inherit the choice.
