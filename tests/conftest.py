@@ -20,6 +20,7 @@ form one group, run by one worker, so that fixture is made once, not once per wo
 
 import ast
 import functools
+import gc
 import os
 import sys
 
@@ -155,6 +156,18 @@ def ccddp_here(capsys):
 
 
 @pytest.hookimpl(tryfirst=True)          # the marks exist before xdist's worker reads them
+def pytest_collection_finish(session):
+    """The garbage collector of a pytest process, tuned for a test run: what collection left
+    (torch, the test modules, ~1M objects) moves out of its reach (``gc.freeze``), and it
+    runs every 50,000 allocations instead of 700. Before, each full collection walked all of
+    it again, 12-15 times a worker in the fast tier: ~3 s of a worker's CPU went to the
+    collector (1 s now, mostly pytest's own collections at the end). A test's own objects
+    are collected as before; the processes tests start keep Python's defaults."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         _mark(item)
