@@ -15,8 +15,10 @@ worth a dependency of the core). Invariants:
 
 - a method registered is disabled before any frame can be traced: the replacement runs
   inside the import of ``torch._dynamo``, before that import returns to anyone;
-- fails closed: if torch renames ``torch.compiler.disable``, importing ``torch._dynamo``
-  raises (so ``torch.compile`` cannot run with these methods traced).
+- fails closed: if torch renames ``torch._dynamo.disable`` (what ``torch.compiler.disable``
+  calls, and the hook calls), importing ``torch._dynamo`` raises, so ``torch.compile``
+  cannot run with these methods traced; ``tests/test_dynamo_eager.py`` checks both orders
+  (dynamo loaded before the backend, and after).
 """
 
 from __future__ import annotations
