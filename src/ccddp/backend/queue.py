@@ -56,7 +56,6 @@ from ccddp.crypto.counters import CountersByOp
 UNCLAIMED_START_S = 0.05
 
 
-
 class TicketState(enum.Enum):
     QUEUED = "queued"
     RUNNING = "running"
