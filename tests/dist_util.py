@@ -133,7 +133,7 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 120.0, pg_timeout: fl
              for r in range(world_size)]
     for p in procs:
         p.start()
-    results: dict[int, object] = {}
+    results: dict[int, object] = {}   # in the order the ranks reported
     try:
         while len(results) < world_size:
             try:
@@ -147,9 +147,17 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 120.0, pg_timeout: fl
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
-    ordered = [results[r] for r in range(world_size)]
     if not return_failures:
-        for r in ordered:
-            if isinstance(r, RankFailure):
-                raise r
-    return ordered
+        raise_first_failure(list(results.values()))
+    return [results[r] for r in range(world_size)]
+
+
+def raise_first_failure(reports: list) -> None:
+    """Raise the first :class:`RankFailure` among ``reports`` (in the order the ranks
+    reported), noting the others: the first rank to fail is the likely cause, its peers'
+    failures ("connection closed by peer") its echoes, whatever their rank numbers."""
+    failed = [r for r in reports if isinstance(r, RankFailure)]
+    if failed:
+        for echo in failed[1:]:
+            failed[0].add_note(f"then rank {echo.rank}: {echo.type_name}: {echo.message.splitlines()[0][:300]}")
+        raise failed[0]

@@ -30,7 +30,7 @@ import time
 import traceback
 from datetime import timedelta
 
-from dist_util import RankFailure, run_ranks
+from dist_util import RankFailure, raise_first_failure, run_ranks
 
 _install_lock = threading.Lock()
 _installed: bool | None = None
@@ -72,6 +72,7 @@ def run_thread_ranks(fn, world_size: int, *args, timeout: float = 120.0, pg_time
 
     store = dist.PrefixStore(f"thread-ranks-{next(_runs)}", dist.HashStore())
     results: list[object] = [RankFailure(r, "NotRun", "the rank did not start") for r in range(world_size)]
+    finished: list[int] = []   # ranks in the order they ended (list.append: one bytecode, thread-safe)
 
     def entry(rank: int) -> None:
         try:
@@ -81,6 +82,7 @@ def run_thread_ranks(fn, world_size: int, *args, timeout: float = 120.0, pg_time
         except BaseException as e:  # typed, to the caller
             results[rank] = RankFailure(rank, type(e).__name__, str(e), traceback.format_exc())
         finally:
+            finished.append(rank)
             try:
                 dist.destroy_process_group()
             except Exception:  # after a failure the group may be half made
@@ -96,7 +98,5 @@ def run_thread_ranks(fn, world_size: int, *args, timeout: float = 120.0, pg_time
     if stuck:
         raise TimeoutError(f"ranks {stuck} did not finish within {timeout}s")
     if not return_failures:
-        for r in results:
-            if isinstance(r, RankFailure):
-                raise r
+        raise_first_failure([results[r] for r in finished])
     return results
