@@ -208,7 +208,7 @@ def _plaintext_paths(rank, n):
 
     import torch.distributed as dist
 
-    from dist_util import _free_port
+    from ccddp.bench.launch import free_port
 
     store = _ccddp_default(rank, n)
     out = {}
@@ -231,7 +231,7 @@ def _plaintext_paths(rank, n):
         # own, not MASTER_PORT, where rank 0's default store already listens. (Under three
         # workers on two cores this test once failed with its ranks out of step here.)
         if rank == 0:
-            store.set("dist2-port", str(_free_port()))
+            store.set("dist2-port", str(free_port()))
         os.environ["MASTER_PORT"] = store.get("dist2-port").decode()
         try:
             _dist2.new_group("gloo", timedelta(seconds=30), "cpu")
