@@ -106,6 +106,24 @@ def test_memory_estimate_counts_each_schedules_frames(monkeypatch):
         memory.check_fits(wl, 2, 2, "naive")
 
 
+def test_tiny_workloads_stay_under_the_bound_that_spares_their_memory_check():
+    """``ccddp train --size tiny`` does not load the model to check its memory: each tiny
+    model, in any dtype and with any of the options that ``train`` passes (which change
+    activations, not parameters), with the frames of either schedule, stays under
+    ``TINY_BYTES_PER_RANK`` per rank."""
+    from ccddp.bench import memory
+    from ccddp.workloads import WORKLOADS, get_workload
+
+    for name in WORKLOADS:
+        for overrides in ({}, {"dtype": "float32", "batch_size": 64, "seed": 7}):
+            wl = get_workload(name, "tiny", **overrides)
+            for schedule in (None, "naive", "pipelined"):
+                assert memory.estimate_bytes(wl, 1, 2, schedule) < memory.TINY_BYTES_PER_RANK, (name, schedule)
+        if name != "graphsage":     # the options that change a tiny model's inputs leave its parameters
+            key = "image_size" if name.startswith("resnet") else "seq_len"
+            assert get_workload(name, "tiny", **{key: 64}).num_params == get_workload(name, "tiny").num_params
+
+
 def test_a_rank_killed_by_the_kernel_is_reported_as_such():
     from ccddp.bench.launch import reason
 

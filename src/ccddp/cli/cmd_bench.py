@@ -109,8 +109,13 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(r["wrong"] for r in rows) else 0
 
 
+#: What ``bench channel --device cuda`` prints where there is no CUDA device (exit 0: the
+#: GPU check's dry run passes on it).
+NO_CUDA_DEVICE = "ccddp bench channel --device cuda: no CUDA device here; nothing measured"
+
+
 def run_channel(args: argparse.Namespace) -> int:
-    from ccddp.bench.collectives import parse_size
+    from ccddp.bench.options import parse_size
 
     engine = args.engine or ("triton" if args.device == "cuda" else "openssl")
     if args.device == "cuda" and engine == "openssl":
@@ -118,7 +123,13 @@ def run_channel(args: argparse.Namespace) -> int:
     if args.reps is not None and args.reps < 1:
         raise ConfigError("--reps must be >= 1")
     if args.device == "cuda":
-        return _run_channel_cuda(parse_size(args.size or "64M"), args.reps or 20, args.json)
+        nbytes = parse_size(args.size or "64M")      # a mistake is one line before torch loads
+        from ccddp.cli.preflight import gpu_device_files
+
+        if not gpu_device_files():                   # no GPU device file: said without loading torch
+            print(NO_CUDA_DEVICE)
+            return 0
+        return _run_channel_cuda(nbytes, args.reps or 20, args.json)
     if engine == "triton":
         return _check_channel_interpreted(parse_size(args.size or "64K"), args.json)
     return _run_channel_host(parse_size(args.size or "4M"), args.reps or 40, args.json)
@@ -163,7 +174,7 @@ def _run_channel_cuda(nbytes: int, reps: int, path: str | None) -> int:
     from ccddp.bench.channel import bench_device
 
     if not torch.cuda.is_available():
-        print("ccddp bench channel --device cuda: no CUDA device here; nothing measured")
+        print(NO_CUDA_DEVICE)
         return 0
     r = bench_device(nbytes, reps, "cuda")
     r["gpu"] = torch.cuda.get_device_name()

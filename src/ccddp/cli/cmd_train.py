@@ -57,6 +57,8 @@ def check_request(args: argparse.Namespace) -> None:
     """Fail before launching anything when the request cannot work here: every argument
     first, without torch (an answer in well under a second), then what needs the model."""
     variants = check_arguments(args)
+    if not loads_model_to_check(args):
+        return
     from ccddp.bench.memory import check_fits
     from ccddp.bench.options import workload_from
 
@@ -64,6 +66,13 @@ def check_request(args: argparse.Namespace) -> None:
     # Variants that do not fit together take turns one model at a time: each must fit alone.
     for v in variants:
         check_fits(wl, args.world_size, args.world_size * args.nnodes, v.schedule)
+
+
+def loads_model_to_check(args: argparse.Namespace) -> bool:
+    """Whether the memory check needs the model (torch and the model's library, 2-5 s): not
+    for ``--size tiny``, whose parameters (fixed by the size: no option changes them) take
+    under :data:`ccddp.bench.memory.TINY_BYTES_PER_RANK` per rank, less than torch alone."""
+    return args.size != "tiny"
 
 
 def check_arguments(args: argparse.Namespace):
@@ -136,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     from ccddp.bench.launch import job_env, torchrun
     from ccddp.bench.options import PROGRESS_ENV
 
-    print(f"checking that {args.workload} fits in memory (loads torch and the model)", flush=True)
+    if loads_model_to_check(args):
+        print(f"checking that {args.workload} fits in memory (loads torch and the model)", flush=True)
     check_request(args)
     if args.device == "cpu":   # after the checks that refuse: a warning, not a refusal, before torchrun starts
         warn_oversubscribed(args.world_size, "ccddp train")
