@@ -4,6 +4,7 @@ that never imported torch (checked in ``sys.modules``, not with a clock)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -41,12 +42,14 @@ def test_a_mistake_is_refused_before_torch_loads(argv, tmp_path):
 
 
 def test_the_static_names_match_the_registries():
-    from ccddp.bench.options import IMPL_NAMES, WORKLOAD_NAMES
+    from ccddp.bench.options import IMPL_NAMES, WORKLOAD_LIBRARY, WORKLOAD_NAMES
     from ccddp.bench.reference import IMPLS
     from ccddp.workloads import WORKLOADS
 
     assert list(WORKLOAD_NAMES) == list(WORKLOADS)
     assert tuple(IMPL_NAMES) == tuple(IMPLS)
+    for name, cls in WORKLOADS.items():      # the library a launch checks for is the one its model needs
+        assert f"from {WORKLOAD_LIBRARY[name]}" in inspect.getsource(cls._create_model), name
 
 
 @pytest.mark.parametrize("argv", [

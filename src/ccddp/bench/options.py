@@ -36,6 +36,10 @@ DTYPE_NAMES = ("bfloat16", "float16", "float32")
 #: The workloads' names, in the registry's order, so a mistyped name is refused before
 #: torch and the models load. A test keeps it equal to ``ccddp.workloads.WORKLOADS``.
 WORKLOAD_NAMES = ("graphsage", "resnet50", "resnet101", "bert-base", "bert-large", "gpt2-large", "gpt2-xl")
+#: The library (of the ``bench`` extra) each workload's model is built with, by import name,
+#: so a launch can say it is missing before any rank starts. A test keeps it equal to what
+#: each workload's model imports.
+WORKLOAD_LIBRARY = {"graphsage": "torch_geometric", **{name: "transformers" for name in WORKLOAD_NAMES[1:]}}
 #: Collective implementations a benchmark can time: gloo's own (the CC-off reference) and
 #: the engine's schedules (``ccddp.bench.reference.IMPLS``, which imports torch; a test
 #: keeps the two equal).

@@ -118,6 +118,17 @@ def missing_extra(e: ModuleNotFoundError, command: str | None) -> str | None:
             "pip install 'ccddp[bench]' (from a checkout: pip install -e '.[bench]')")
 
 
+def require_modules(*names: str) -> None:
+    """Raise :class:`ModuleNotFoundError` for the first of ``names`` that is not installed,
+    found without importing it (answered by :func:`missing_extra` as its import would be):
+    for a command whose parent does not load what its ranks will."""
+    import importlib.util
+
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:

@@ -57,6 +57,12 @@ def check_request(args: argparse.Namespace) -> None:
     """Fail before launching anything when the request cannot work here: every argument
     first, without torch (an answer in well under a second), then what needs the model."""
     variants = check_arguments(args)
+    from ccddp.bench.options import WORKLOAD_LIBRARY
+    from ccddp.cli import require_modules
+
+    # The ranks' model library and the summary's statistics: a missing extra is one line
+    # here, not a failure of every rank.
+    require_modules(WORKLOAD_LIBRARY[args.workload], "scipy")
     if not loads_model_to_check(args):
         return
     from ccddp.bench.memory import check_fits
