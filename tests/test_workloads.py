@@ -5,6 +5,7 @@ Only tiny sizes run forward/backward here; default sizes are built on the meta d
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 
@@ -363,3 +364,88 @@ def test_cli_buckets_all_and_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("ccddp: error: unknown workload 'gpt3'") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+# -- PyG without transformers (workloads/pyg.py) -------------------------------------------------------
+
+def _graphsage_digest() -> dict:
+    """Checksums of the tiny GraphSAGE's parameters, its graph and its first batch."""
+    import hashlib
+
+    import torch
+
+    from ccddp.workloads import get_workload
+
+    def sha(tensors) -> str:
+        h = hashlib.sha256()
+        for t in tensors:
+            h.update(t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
+
+    wl = get_workload("graphsage", size="tiny")
+    graph = wl.graph()
+    return {"model": sha(wl.build_model().parameters()), "graph": sha([graph.x, graph.edge_index]),
+            "batch": sha(wl.make_batch(step=0, rank=0, world_size=1).values())}
+
+
+#: A fresh process builds the tiny GraphSAGE, its graph and a batch, then prints what it
+#: had loaded of transformers by then, the checksums, and whether transformers imports after.
+PYG_PROBE = inspect.getsource(_graphsage_digest) + """
+import json, sys
+row = {"digest": _graphsage_digest(), "loaded": sorted(m for m in sys.modules if m.split(".")[0] == "transformers")}
+import transformers
+row["after"] = transformers.__name__
+print(json.dumps(row))
+"""
+
+
+def test_a_fresh_process_builds_graphsage_without_transformers_and_the_same_model():
+    """PyG's package import would load transformers for a type alias (~1 s of CPU a rank):
+    a fresh process builds GraphSAGE, its graph and batches without it, with the same
+    parameters and data as a process that loaded PyG the ordinary way (this one, with
+    transformers imported first), and can import transformers afterwards."""
+    import subprocess
+    import sys
+
+    import transformers  # noqa: F401  (so this process's PyG, if not loaded yet, loads the ordinary way)
+
+    from dist_util import child_env
+
+    p = subprocess.run([sys.executable, "-c", PYG_PROBE], capture_output=True, text=True, timeout=300,
+                       env=child_env())
+    assert p.returncode == 0, p.stderr[-3000:]
+    row = json.loads(p.stdout.strip().splitlines()[-1])
+    assert row["loaded"] == [] and row["after"] == "transformers", row
+    assert row["digest"] == _graphsage_digest()
+
+
+#: A PyG that imports transformers unconditionally (a package of that name put first on
+#: the path): the attempt without it fails, and the loader imports it the ordinary way.
+NEEDS_TRANSFORMERS = """
+import sys, types
+sys.path.insert(0, sys.argv[1])
+from ccddp.workloads import pyg
+module = pyg.load("torch_geometric")
+print(module.needs, isinstance(sys.modules["transformers"], types.ModuleType), module.attempts)
+"""
+
+def test_a_pyg_that_needs_transformers_to_import_is_loaded_the_ordinary_way(tmp_path):
+    import subprocess
+    import sys
+
+    from dist_util import child_env
+
+    fake = tmp_path / "torch_geometric"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import os\n"
+        "attempts = int(os.environ.get('PYG_ATTEMPTS', '0')) + 1\n"
+        "os.environ['PYG_ATTEMPTS'] = str(attempts)\n"
+        "import transformers\n"
+        "needs = transformers.__name__\n")
+    p = subprocess.run([sys.executable, "-c", NEEDS_TRANSFORMERS, str(tmp_path)], capture_output=True, text=True,
+                       timeout=300, env=child_env())
+    assert p.returncode == 0, p.stderr[-3000:]
+    # Tried once without transformers, then loaded for real: the module of the failed
+    # attempt was dropped (a second run of the package's code), transformers is a module.
+    assert p.stdout.split() == ["transformers", "True", "2"], p.stdout + p.stderr

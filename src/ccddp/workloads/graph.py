@@ -83,10 +83,10 @@ class GraphSAGEWorkload(Workload):
         int_setting(s, "num_nodes", 100)
 
     def _create_model(self) -> torch.nn.Module:
-        from torch_geometric.nn.models import GraphSAGE
+        from ccddp.workloads import pyg
 
         s = self.settings
-        return GraphSAGE(in_channels=int(s["num_features"]), hidden_channels=int(s["hidden_channels"]),
+        return pyg.load("torch_geometric.nn.models").GraphSAGE(in_channels=int(s["num_features"]), hidden_channels=int(s["hidden_channels"]),
                          num_layers=int(s["num_layers"]), out_channels=int(s["num_classes"]),
                          dropout=0.5)
 

@@ -48,7 +48,9 @@ def synthetic_products(seed: int, num_nodes: int, avg_degree: float = PRODUCTS_A
     ``col`` (CSR of in-neighbours, for sampling), ``train_idx`` and ``num_classes``.
     Cached, so every rank and step of one process shares one copy; treat it as read-only.
     """
-    from torch_geometric.data import Data
+    from ccddp.workloads import pyg
+
+    Data = pyg.load("torch_geometric.data").Data
 
     gen = generator(seed, 0x67726170, num_nodes)  # "grap"
     n = int(num_nodes)
