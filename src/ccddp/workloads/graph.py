@@ -85,10 +85,11 @@ class GraphSAGEWorkload(Workload):
     def _create_model(self) -> torch.nn.Module:
         from ccddp.workloads import pyg
 
+        graph_sage = pyg.load("torch_geometric.nn.models").GraphSAGE
         s = self.settings
-        return pyg.load("torch_geometric.nn.models").GraphSAGE(in_channels=int(s["num_features"]), hidden_channels=int(s["hidden_channels"]),
-                         num_layers=int(s["num_layers"]), out_channels=int(s["num_classes"]),
-                         dropout=0.5)
+        return graph_sage(in_channels=int(s["num_features"]), hidden_channels=int(s["hidden_channels"]),
+                          num_layers=int(s["num_layers"]), out_channels=int(s["num_classes"]),
+                          dropout=0.5)
 
     def graph(self):
         """The synthetic graph of this workload's seed (built once per process)."""
