@@ -36,12 +36,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 # and the test helpers' bytecode written already (``_compile_for_children``).
 sys.dont_write_bytecode = False
 
-# Triton chooses compiled or interpreted kernels once, when it is first imported: without
-# a GPU the device AES-GCM tests run its kernels through the interpreter, decided here
-# before any test (or library) can import Triton. Spawned ranks inherit the choice.
-from ccddp.crypto.device import interpreting  # noqa: E402
-
-interpreting()
 
 MARKS = {
     "unit": "one process, no ranks: fast",
@@ -74,6 +68,7 @@ def pytest_configure_node(node):
 
 
 def pytest_configure(config):
+    _choose_triton_mode(config)
     for name, text in MARKS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     # Known without xdist too (``-p no:xdist``), where the grouping below changes nothing.
@@ -82,6 +77,20 @@ def pytest_configure(config):
         _compile_for_children()
     elif config.workerinput.get("ccddp_dist") == "loadgroup":
         config.option.loadgroup = True          # what xdist sets from an explicit --dist loadgroup
+
+
+def _choose_triton_mode(config) -> None:
+    """Triton chooses compiled or interpreted kernels once, when it is first imported:
+    without a GPU the device AES-GCM tests run its kernels through the interpreter, decided
+    here, in every process that runs tests, before collection imports any test module (or
+    library) that could import Triton. Ranks a test spawns inherit the choice (an
+    environment variable). Not in xdist's controller, which runs no test: the choice asks
+    torch whether a GPU exists, and importing torch there held back the start of every
+    worker by ~1.6 s."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        from ccddp.crypto.device import interpreting
+
+        interpreting()
 
 
 def _compile_for_children() -> None:
