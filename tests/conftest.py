@@ -86,7 +86,7 @@ def _choose_triton_mode(config) -> None:
     library) that could import Triton. Ranks a test spawns inherit the choice (an
     environment variable). Not in xdist's controller, which runs no test: the choice asks
     torch whether a GPU exists, and importing torch there held back the start of every
-    worker by ~1.6 s."""
+    worker (a ``-n`` run took ~2 s longer, BENCHMARKS.md)."""
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         from ccddp.crypto.device import interpreting
 
