@@ -1,4 +1,5 @@
-"""Test selection: every test is marked ``unit``, ``multiprocess`` or ``soak``, automatically.
+"""Test selection: every test is marked ``unit``, ``multiprocess`` or ``soak``, automatically,
+unless its module marks it ``exhaustive`` itself.
 
 - ``soak``: modules named ``test_soak*`` (long repetition on real ranks);
 - ``multiprocess``: a test that starts processes -- it, a fixture it uses, or a function of
@@ -7,11 +8,14 @@
   launches ranks through the in-process CLI (``main(["train", ...])``,
   ``ccddp_here("launch", ...)``); ranks as threads
   (``tests/thread_ranks.py``, imported as ``run_ranks``) count here too: they take seconds;
-- ``unit``: everything else (one process, seconds).
+- ``unit``: everything else (one process, seconds);
+- ``exhaustive`` (given by the test module): one process, but the rest of a table of cases
+  whose every code path the fast tier already runs once -- the NIST vectors' shorter tags
+  through Triton's interpreter, the larger model of each family in the projection table.
 
-A test may carry one of these marks itself; then it is left as it is. ``multiprocess``
-and ``soak`` tests are also marked ``slow``. Run ``pytest -m "not slow"`` (or ``-m unit``)
-for the fast tier, ``pytest -m "not soak"`` to skip the soak.
+A test may carry one of these marks itself; then it is left as it is. ``multiprocess``,
+``soak`` and ``exhaustive`` tests are also marked ``slow``. Run ``pytest -m "not slow"``
+(or ``-m unit``) for the fast tier, ``pytest -m "not soak"`` to skip the soak.
 
 Under ``-n`` (pytest-xdist) without ``--dist``, tests are distributed as ``loadgroup``, and
 the tests of a module that read a fixture it makes once (module scope: a launch, a report)
@@ -41,10 +45,11 @@ MARKS = {
     "unit": "one process, no ranks: fast",
     "multiprocess": "starts processes (ranks, torchrun, the ccddp command)",
     "soak": "long repetition on real ranks",
-    "slow": "multiprocess or soak: deselect with -m 'not slow' for the fast tier",
+    "exhaustive": "one process, the rest of a table whose every code path the fast tier runs once",
+    "slow": "multiprocess, soak or exhaustive: deselect with -m 'not slow' for the fast tier",
 }
 #: Marks whose tests are also ``slow``.
-SLOW = ("multiprocess", "soak")
+SLOW = ("multiprocess", "soak", "exhaustive")
 #: Names whose use means "starts processes".
 SPAWNING_NAMES = {"run_ranks", "run_process_ranks", "run_thread_ranks", "spawn", "torchrun", "subprocess", "multiprocessing", "mp", "Popen"}
 #: ccddp commands that launch ranks.
