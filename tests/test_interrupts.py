@@ -12,6 +12,8 @@ import time
 
 import psutil
 
+from ccddp.bench.launch import AGENT
+
 
 def _default_sigint() -> None:
     # Background jobs (e.g. CI runners) start with SIGINT ignored, and that survives exec:
@@ -32,7 +34,7 @@ def _ranks(cli: subprocess.Popen, n: int, deadline_s: float = 300, marker: str =
     while time.monotonic() < end:
         assert cli.poll() is None, cli.communicate()[1][-2000:]
         ranks = [p for p in psutil.Process(cli.pid).children(recursive=True)
-                 if marker in " ".join(p.cmdline()) and "torch.distributed.run" not in p.cmdline()]
+                 if marker in " ".join(p.cmdline()) and AGENT not in p.cmdline()]
         if len(ranks) == n:
             return ranks
         time.sleep(0.2)

@@ -102,7 +102,7 @@ def test_train_passes_master_addr_to_torchrun(monkeypatch, capsys):
     assert main(["train", "--workload", "graphsage", "--size", "tiny", "--cc", "on", "--world-size", "1",
                  "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.2.3", "--master-port", "29555"]) == 0
     (cmd,) = seen
-    assert cmd[1:3] == ["-m", "torch.distributed.run"]
+    assert cmd[1:3] == ["-m", launch.AGENT]
     assert "--master-addr=10.1.2.3" in cmd and "--master-port=29555" in cmd and "--node-rank=1" in cmd
     assert not any(a.startswith("--master-addr=127.") for a in cmd)
 

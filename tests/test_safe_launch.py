@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from ccddp.bench.launch import AGENT
 from dist_util import child_env
 from wire_util import HERE, SECRET_HEX, SRC, build_wiretap, found, torchrun, wire_bytes
 
@@ -269,7 +270,7 @@ def _check_environment_blocks(out) -> None:
     blocks = {p.name: p.read_bytes() for p in out.glob("*.environ")}
     assert len(blocks) == 8, sorted(blocks)
     for r in (0, 1):
-        assert b"torch.distributed.run" in (out / f"rank{r}-agent.cmdline").read_bytes()
+        assert AGENT.encode() in (out / f"rank{r}-agent.cmdline").read_bytes()
     for name, block in blocks.items():
         assert b"PATH=" in block, f"{name}: not an environment block"
         assert SECRET_HEX.encode() not in block and SECRET_HEX.upper().encode() not in block, name

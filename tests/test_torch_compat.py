@@ -212,6 +212,7 @@ def _plaintext_paths(rank, n):
 
     store = _ccddp_default(rank, n)
     out = {}
+    kept = []           # the groups that were built, alive until both ranks have built them
     try:
         dist.ProcessGroupGloo(dist.PrefixStore("direct", store), rank, n, timedelta(seconds=10))
         out["direct"] = "built"
@@ -234,19 +235,23 @@ def _plaintext_paths(rank, n):
             store.set("dist2-port", str(free_port()))
         os.environ["MASTER_PORT"] = store.get("dist2-port").decode()
         try:
-            _dist2.new_group("gloo", timedelta(seconds=30), "cpu")
+            kept.append(_dist2.new_group("gloo", timedelta(seconds=30), "cpu"))
             out["_dist2"] = "built"
         except ConfigError as e:
             out["_dist2"] = str(e)
     from ccddp.backend.policy import bare_links
 
     with bare_links():  # a test's emulated wire for sealed frames: asked for explicitly
-        out["bare_links"] = type(dist.ProcessGroupGloo(dist.PrefixStore("bare", store), rank, n,
-                                                       timedelta(seconds=30))).__name__
+        kept.append(dist.ProcessGroupGloo(dist.PrefixStore("bare", store), rank, n, timedelta(seconds=30)))
+    out["bare_links"] = type(kept[-1]).__name__
     sub = dist.new_group(backend="gloo")
     t = torch.full((3,), float(rank + 1))
     dist.all_reduce(t, group=sub)
     out["new_group gloo"] = (dist.get_backend(sub), t.tolist())
+    # Only now, both ranks past this all-reduce, may the groups built above go: one dropped
+    # as soon as its constructor returned closed its connections while the other rank's
+    # constructor was still finishing the handshake on them ("Connection closed by peer").
+    kept.clear()
     return out
 
 

@@ -1,7 +1,9 @@
 """Launches local ranks through ``torch.distributed.run`` (torchrun).
 
 Commands that "launch N local ranks themselves" call :func:`torchrun`; the same worker
-modules run unchanged under a user's own multi-node ``torchrun``.
+modules run unchanged under a user's own multi-node ``torchrun``. The agent process runs
+torchrun's own ``main`` through :data:`AGENT` (``ccddp.bench.agent``), which only adds an
+exit without the interpreter's teardown once torchrun has returned.
 
 An interrupted command (Ctrl-C, SIGTERM, SIGHUP, or the launch's own timeout) ends every
 rank before it returns: torchrun runs in a session of its own, so the command decides how
@@ -33,6 +35,10 @@ from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE, GroupSecret
 from ccddp.errors import CCDDPError
 
 
+#: The module that runs torchrun (``torch.distributed.run.main``) for every launch of ccddp's.
+AGENT = "ccddp.bench.agent"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -58,7 +64,7 @@ def torchrun(module: str, args: list[str], nproc: int, *, timeout_s: float = 360
     if nproc < 1:
         raise CCDDPError(f"world size must be >= 1, got {nproc}")
     port = master_port or free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
+    cmd = [sys.executable, "-m", AGENT, f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
            f"--node-rank={node_rank}", f"--master-addr={master_addr or '127.0.0.1'}", f"--master-port={port}",
            "--max-restarts=0", "-m", module, *args]
     env = dict(env or job_env())
@@ -117,7 +123,7 @@ def supervised(cmd: list[str], env: dict, *, timeout_s: float | None = None, std
 
     Example::
 
-        done = supervised([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"],
+        done = supervised([sys.executable, "-m", AGENT, "--nproc-per-node=2", "train.py"],
                           dict(os.environ))
         done.returncode
     """

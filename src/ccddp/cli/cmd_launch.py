@@ -324,7 +324,9 @@ def run(args: argparse.Namespace) -> int:
     attestation = attestation_environment(policy, own.attestation_certs)
     final = torchrun_argv(argv)
     check_script(final)
-    cmd = [sys.executable, "-m", "torch.distributed.run", *final]
+    from ccddp.bench.launch import AGENT, secret_handoff, supervised
+
+    cmd = [sys.executable, "-m", AGENT, *final]
     env = child_environment(os.environ)
     env.update(attestation)
     if own.trust_domains is not None:
@@ -342,7 +344,6 @@ def run(args: argparse.Namespace) -> int:
                           f"(or CCDDP_IDENTITY and CCDDP_ALLOWLIST, or {ATTESTATION_POLICY})")
     else:
         secret = GroupSecret.generate()
-    from ccddp.bench.launch import secret_handoff, supervised
 
     with contextlib.ExitStack() as stack:
         if secret is not None:
