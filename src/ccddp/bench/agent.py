@@ -3,8 +3,9 @@
 with the same arguments -- and, once it has returned (every rank ended with status 0),
 leaves without the interpreter's teardown (:func:`ccddp.bench.worker.leave`).
 
-That teardown is the last thing a launch waits for: ~1 s of wall and of CPU after the ranks
-have finished (BENCHMARKS.md, "Ranks and torchrun end without the interpreter's teardown").
+That teardown is the last thing a launch waits for, after the ranks have finished: up to
+~1 s of wall and of CPU (BENCHMARKS.md, "Test suite time: ranks and torchrun end without the
+interpreter's teardown").
 Everything else is torchrun's: its options, its rendezvous, how it starts, watches, stops and
 reports the ranks; a failed rank still ends it the way it ends ``torchrun`` (its
 ``ChildFailedError`` report, status 1).

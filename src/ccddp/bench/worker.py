@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import atexit
 import os
-import threading
 import sys
+import threading
 import traceback
 from datetime import timedelta
 from typing import Callable
@@ -47,14 +47,14 @@ def leave() -> None:
     """End this process, its work done, without Python's teardown of the interpreter.
 
     That teardown collects and clears the million objects torch and dynamo made at import,
-    one by one, for memory the kernel takes back at once anyway: ~1 s of CPU per rank, a
-    fifth of a small training rank's (BENCHMARKS.md, "Ranks end without the interpreter's
-    teardown"). What an exit promises is kept: the functions registered with ``atexit``
-    run (logging flushes its handlers, multiprocessing reaps its children, temporary
-    directories go), then the standard streams are flushed, then the status is 0. Where
-    Python would still wait for a thread that is not a daemon, or has no
-    ``atexit._run_exitfuncs`` (another interpreter than CPython), it returns and the
-    process exits the ordinary way."""
+    one by one, for memory the kernel takes back at once anyway: ~1 s of CPU per rank, about
+    a quarter of a small training rank's (BENCHMARKS.md, "Test suite time: ranks and torchrun
+    end without the interpreter's teardown"). What an exit promises is kept: the functions
+    registered with ``atexit`` run (logging flushes its handlers, multiprocessing reaps its
+    children, temporary directories go), then the standard streams are flushed, then the
+    status is 0. Where Python would still wait for a thread that is not a daemon, or has no
+    ``atexit._run_exitfuncs`` (another interpreter than CPython), it returns and the process
+    exits the ordinary way."""
     run_exit_functions = getattr(atexit, "_run_exitfuncs", None)
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if run_exit_functions is None or others:
