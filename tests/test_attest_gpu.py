@@ -33,7 +33,7 @@ from ccddp.crypto.attest.gpu import (MAX_REPORT_BYTES, NVIDIA_DEVICE_ROOT_PEM, P
 from ccddp.crypto.attest.policy import AttestationPolicy, GpuPolicy
 from ccddp.crypto.attest.provider import GpuProvider, NoEvidenceError
 from ccddp.errors import AttestationError
-from _attest_util import flip, refused
+from _attest_util import ANY_BUT_MRTD, flip, refused
 
 FIX = Path(__file__).parent / "fixtures" / "nvidia"
 REPORT = bytes.fromhex((FIX / "hopperAttestationReport.txt").read_text().strip())
@@ -409,9 +409,9 @@ def test_cli_names_the_refused_gpu_claim(tmp_path, capsys, blob, extra, claim):
 
 def test_cli_refuses_gpu_evidence_against_a_policy_without_gpu(tmp_path, capsys):
     rc, out = _cli_verify(tmp_path, capsys, encode_gpu_evidence(REPORT, CHAIN, "on"),
-                          policy=POLICY.replace("[gpu]", "[tdx]\nmrtds = [\"" + "00" * 48 + "\"]\n[gpu]"))
+                          policy=POLICY.replace("[gpu]", "[tdx]\nmrtds = [\"" + "00" * 48 + "\"]\n" + ANY_BUT_MRTD + "[gpu]"))
     assert rc == 0, out             # with [gpu] too it verifies
-    text = 'format = "ccddp-attestation-policy/1"\n[tdx]\nmrtds = ["' + "00" * 48 + '"]\n'
+    text = 'format = "ccddp-attestation-policy/1"\n[tdx]\nmrtds = ["' + "00" * 48 + '"]\n' + ANY_BUT_MRTD
     rc, out = _cli_verify(tmp_path, capsys, encode_gpu_evidence(REPORT, CHAIN, "on"), policy=text)
     assert rc == 2 and "FAIL  policy_file.gpu" in out
 

@@ -198,6 +198,10 @@ def _tdx_verifier(tchain, policy_text, snp_chain=None, provider=None):
 TDX_POLICY = f'''format = "ccddp-attestation-policy/1"
 [tdx]
 mrtds = ["{__import__("_tdx_test_chain").MRTD.hex()}"]
+rtmr0 = "any"
+rtmr1 = "any"
+rtmr2 = "any"
+min_tee_tcb_svn = "any"
 '''
 
 

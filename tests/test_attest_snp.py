@@ -258,6 +258,8 @@ BASE = (FIX / "policy_virtee.toml").read_text()
     ('format = "ccddp-attestation-policy/1"\n', "policy_file.tee"),
     ('format = "ccddp-attestation-policy/1"\nsnp = 3\n', "policy_file.snp"),
     ("this is = = not toml", "policy_file.toml"),
+    # What the host could choose has no default: a rolled-back TCB is accepted only when said.
+    ("\n".join(ln for ln in BASE.splitlines() if not ln.startswith("min_tcb")), "policy_file.snp.min_tcb"),
 ])
 def test_policy_file_refuses_unknown_or_malformed_fields(text, field):
     _refused(field, AttestationPolicy.from_toml, text)

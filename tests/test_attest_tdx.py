@@ -16,7 +16,7 @@ from _tdx_test_chain import MRTD, TdxTestChain
 from ccddp.crypto.attest import AttestationPolicy
 from ccddp.crypto.attest.tdx import SIGNED_BYTES, parse_quote, verify_tdx
 from ccddp.errors import AttestationError
-from _attest_util import flip as _flip, refused as _refused
+from _attest_util import ANY_BUT_MRTD, flip as _flip, refused as _refused
 
 T = Path(__file__).parent / "fixtures" / "attestation" / "tdx"
 UTC = dt.timezone.utc
@@ -107,7 +107,8 @@ def test_crl_from_outside_the_chain_is_refused():
 def test_revoked_pck_is_refused():
     chain = TdxTestChain()
     quote = chain.quote(bytes(64))
-    pol = AttestationPolicy.from_toml(f'format = "ccddp-attestation-policy/1"\n[tdx]\nmrtds = ["{MRTD.hex()}"]\n').tdx
+    pol = AttestationPolicy.from_toml(f'format = "ccddp-attestation-policy/1"\n[tdx]\nmrtds = ["{MRTD.hex()}"]\n'
+                                      + ANY_BUT_MRTD).tdx
     assert verify_tdx(quote, pol, expected_report_data=bytes(64), root_pin=chain.pin, crls=[chain.crl([])])
     _refused("certs.crl", verify_tdx, quote, pol, expected_report_data=bytes(64), root_pin=chain.pin,
              crls=[chain.crl([chain.pck])])
@@ -115,11 +116,25 @@ def test_revoked_pck_is_refused():
              expected_report_data=bytes(64), root_pin=chain.pin)
 
 
+@pytest.mark.parametrize("field", ["rtmr0", "rtmr1", "rtmr2", "min_tee_tcb_svn"])
+def test_a_tdx_policy_must_say_which_rtmrs_and_tcb_it_accepts(field):
+    """MRTD measures only the firmware: the host chooses what RTMR0..2 measure (firmware
+    configuration, kernel, command line) and may run an old TDX module. A [tdx] table that
+    leaves one out is refused, naming it; \"any\" accepts whatever the quote shows, on purpose."""
+    lines = (T / "policy_cos.toml").read_text().splitlines()
+    without = "\n".join(ln for ln in lines if not ln.startswith(field + " "))
+    err = _refused(f"policy_file.tdx.{field}", AttestationPolicy.from_toml, without)
+    assert "is required" in str(err) and '"any"' in str(err)
+    claims = dict(_policy("cos").check(parse_quote(_cos())))
+    assert claims["rtmr1"] == "any (as the policy says)" and claims["tee_tcb_svn"].endswith(">= " + "00" * 16)
+
+
 def test_policy_claims_on_the_genuine_quote():
     text = (T / "policy_spr.toml").read_text()
     q = _spr()
     _refused("mrtd", _verify, q, policy=AttestationPolicy.from_file(T / "policy_cos.toml").tdx)
-    _refused("rtmr2", _verify, q, policy=AttestationPolicy.from_toml(text + f'rtmr2 = ["{"00" * 48}"]\n').tdx)
+    _refused("rtmr2", _verify, q, policy=AttestationPolicy.from_toml(
+        text.replace('rtmr2 = "any"', f'rtmr2 = ["{"00" * 48}"]')).tdx)
     _refused("tee_tcb_svn", _verify, q,
              policy=AttestationPolicy.from_toml(text.replace('min_tee_tcb_svn = "03', 'min_tee_tcb_svn = "04')).tdx)
     raw = bytearray(q)

@@ -296,3 +296,36 @@ def test_crypto_counters_by_op():
         assert set(r["never ran"].values()) == {0}
         # What no queued op counted: the one message each rank sent and the one it received.
         assert (r["p2p"]["seals"], r["p2p"]["opens"], r["p2p"]["control_seals"]) == (1, 1, 0), (rank, r["p2p"])
+
+
+def _wire_choice(rank, n, made):
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+
+    pg = dist.new_group(backend="ccddp")
+    ticket = pg.queue.submit(pg._choosing_wire(lambda: None, torch.device("cuda", 0)), [], "choose a wire")
+    pg.queue.wait(ticket, 60)
+    exchange, reports = made[rank]
+    return exchange != pg.endpoint.transport.exchange, reports, pg.device_wire
+
+
+def test_the_gpu_reports_that_choose_the_device_wire_are_exchanged_sealed(monkeypatch):
+    """At a group's first CUDA op the ranks exchange GPU reports (host name, GPU UUID) to
+    choose NCCL or gloo for device frames: on the group's sealed control plane, not the
+    plaintext setup exchange the host could read or answer differently per rank."""
+    import ccddp.backend.process_group as process_group
+
+    made = {}
+
+    def device_wire(store, rank, size, settings, exchange, device):
+        made[rank] = (exchange, exchange(f"nccl report of rank {rank}".encode()))
+        return None
+
+    monkeypatch.setattr(process_group, "device_wire", device_wire)
+    res = run_ranks(_wire_choice, 2, made, timeout=120)
+    want = [b"nccl report of rank 0", b"nccl report of rank 1"]
+    assert res == [(True, want, "gloo")] * 2, res

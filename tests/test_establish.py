@@ -53,8 +53,9 @@ class Board:
         return exchange
 
 
-def establish(identities, allow, n=None, tamper=None, contexts=None, verifiers=None):
-    """Run the protocol on ``n`` threads; returns per rank the keys or the exception."""
+def establish(identities, allow, n=None, tamper=None, contexts=None, verifiers=None, ranks=None):
+    """Run the protocol on ``n`` threads; returns per rank the keys or the exception.
+    ``ranks``: the job's rank of each slot (a subgroup's global ranks)."""
     n = n or len(identities)
     board = Board(n, tamper)
     results: list = [None] * n
@@ -62,7 +63,7 @@ def establish(identities, allow, n=None, tamper=None, contexts=None, verifiers=N
     def rank_main(r: int) -> None:
         try:
             est = KeyEstablishment(identities[r], (verifiers or [allow] * n)[r])
-            results[r] = est.run(r, n, board.exchange_for(r), (contexts or [CONTEXT] * n)[r])
+            results[r] = est.run(r, n, board.exchange_for(r), (contexts or [CONTEXT] * n)[r], ranks=ranks)
         except Exception as e:  # collected and asserted on below
             results[r] = e
 
@@ -286,6 +287,39 @@ def test_identity_bound_to_other_rank_fails(ids):
     bound = Allowlist({i.name: i.public_bytes for i in ids[:2]}, {"rank0": [0], "rank1": [0]})
     results, _ = establish(ids[:2], bound)
     assert_all_fail(results, "allowed only for rank")
+
+
+def test_identities_bound_to_ranks_are_checked_against_the_job_rank_in_a_subgroup(ids):
+    """``keygen --bind-ranks``: rank 2's key is rank 2's in every group, whatever slot it
+    has there. The subgroup of job ranks [2, 3] establishes (slot 0 is rank 2); the
+    same keys in the subgroup [3, 2] -- each key in the slot of the other rank -- fail."""
+    bound = Allowlist({i.name: i.public_bytes for i in ids}, {f"rank{r}": [r] for r in range(4)})
+    results, _ = establish(ids[2:4], bound, ranks=[2, 3])
+    assert all(not isinstance(r, Exception) for r in results), results
+    assert results[0].peers == results[1].peers == ["rank2", "rank3"]
+    results, _ = establish(ids[2:4], bound, ranks=[3, 2])
+    assert_all_fail(results, "allowed only for rank")
+    assert "allowed only for rank(s) [2], but rank 3 presented it" in " ".join(map(str, results))
+
+
+def _subgroup_session(rank, n, identities, bound):
+    from ccddp.comm import CommSettings, Transport
+    from ccddp.comm.session import establish as establish_session
+    import torch.distributed as dist
+
+    transport = Transport(dist.group.WORLD, 10.0)
+    session = establish_session(transport, CommSettings(), KeyEstablishment(identities[rank], bound), ranks=[2, 3])
+    return session.keys.peers
+
+
+def test_a_session_of_a_subgroup_checks_identities_against_its_job_ranks(ids):
+    """The session's setup hands the group's job ranks to the establishment: two ranks
+    standing for job ranks 2 and 3 (``ranks=[2, 3]``, as torch's record of a subgroup
+    says) establish with keys bound to ranks 2 and 3."""
+    from thread_ranks import run_thread_ranks
+
+    bound = Allowlist({i.name: i.public_bytes for i in ids}, {f"rank{r}": [r] for r in range(4)})
+    assert run_thread_ranks(_subgroup_session, 2, ids[2:4], bound, timeout=60) == [["rank2", "rank3"]] * 2
 
 
 class QuoteVerifier:

@@ -11,7 +11,7 @@ really loads, is in ``test_cli.py``.
     backend                      (the product's API: the "ccddp" process group)
     comm                         (the engine)
     crypto
-    errors chains stats runs config   (leaves)
+    errors chains stats runs config launched   (leaves)
 """
 
 from __future__ import annotations
@@ -33,21 +33,23 @@ MAY_IMPORT: dict[str, set[str]] = {
     "runs": {"errors", "config"},
     # Configuration read from files and the environment, bounded before it is parsed.
     "config": {"errors"},
+    # The job's size as the launch's command line says it (checked by each rank).
+    "launched": {"errors"},
     "crypto": {"errors", "config"},
     "comm": {"crypto", "errors", "chains", "config"},
-    "backend": {"comm", "crypto", "errors", "chains", "config"},
+    "backend": {"comm", "crypto", "errors", "chains", "config", "launched"},
     "workloads": {"errors"},
     "sim": {"errors", "chains", "stats", "config"},
     "testing": {"comm", "crypto", "errors"},
     "bench": {"testing", "sim", "workloads", "backend", "comm", "crypto", "errors", "chains", "stats",
-              "runs", "config"},
+              "runs", "config", "launched"},
     "report": {"sim", "errors", "chains", "stats", "runs", "config"},
     "cli": {"report", "bench", "testing", "sim", "workloads", "backend", "comm", "crypto", "errors",
-            "chains", "stats", "runs", "config"},
+            "chains", "stats", "runs", "config", "launched"},
     "": {"backend"},            # the package itself: registers the backend when torch is loaded
 }
 #: The product (what `pip install ccddp` without extras serves): none of the bench extra.
-PRODUCT = ("", "errors", "chains", "config", "crypto", "comm", "backend")
+PRODUCT = ("", "errors", "chains", "config", "launched", "crypto", "comm", "backend")
 BENCH_ONLY = {"transformers", "torch_geometric", "matplotlib", "rich", "scipy", "psutil"}
 #: Outside packages a part must not import.
 MUST_NOT_IMPORT: dict[str, set[str]] = {

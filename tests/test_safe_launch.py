@@ -109,6 +109,24 @@ def test_launch_refuses_a_dynamic_rendezvous_before_anything_reads_the_store(hos
     assert not list(tmp_path.glob("attempt*")), "no rank started"
 
 
+@pytest.mark.parametrize("pet", [{"PET_RDZV_BACKEND": "c10d"}, {"PET_RDZV_BACKEND": "etcd-v2"}],
+                         ids=["c10d", "etcd-v2"])
+@pytest.mark.timeout(120)
+def test_ccddps_own_launches_ignore_pet_variables_that_ask_for_a_dynamic_rendezvous(pet, hostile_store):
+    """``ccddp train``/``bench``/``selftest``/``characterize``/``calibrate`` spell out
+    their static rendezvous, but torchrun takes every option they leave out from a
+    ``PET_*`` variable: the host setting ``PET_RDZV_BACKEND`` (and the endpoint of its
+    store) would make their agent unpickle the store's state. No ``PET_*`` variable
+    reaches their agent: the launch runs on its static rendezvous and the store is never
+    read."""
+    from ccddp.bench.launch import job_env, torchrun as launch_ranks
+
+    endpoint, marker = hostile_store
+    env = job_env({**_env(), **pet, "PET_RDZV_ENDPOINT": endpoint, "PET_RDZV_ID": RUN_ID})
+    launch_ranks("platform", [], nproc=1, env=env, timeout_s=90, quiet=True)
+    assert not marker.exists(), "the host's pickle ran"
+
+
 @pytest.mark.parametrize("argv", [["--nnodes", "1:2"], ["--nnodes", "2"]])
 @pytest.mark.timeout(120)
 def test_launch_needs_a_fixed_node_count_and_node_0s_address(argv, tmp_path, monkeypatch, ccddp_here):
@@ -199,6 +217,28 @@ def test_pet_variables_become_options_and_never_reach_torchrun():
     assert torchrun_argv(["train.py"], {"PET_NPROC_PER_NODE": "3"})[0] == "--nproc-per-node=3"
 
 
+@pytest.mark.parametrize("argv, env, says", [
+    (["--nproc-per-node", "two"], {}, "--nproc-per-node two: Unsupported nproc_per_node value: two"),
+    (["--nproc-per-node", "0"], {}, "--nproc-per-node 0: a node needs at least one rank"),
+    (["--nnodes", "0", "--master-addr", "127.0.0.1", "--master-port", "29511"], {},
+     "--nnodes 0: a launch needs at least one node"),
+    (["--max-restarts", "-1"], {}, "--max-restarts -1: give 0 or more"),
+    (["--nproc-per-node", "2"], {"CCDDP_SETTINGS": '{"segment_byte": 4096}'},
+     "CCDDP_SETTINGS: unknown setting 'segment_byte'"),
+], ids=["nproc-word", "nproc-0", "nnodes-0", "restarts-negative", "bad-setting"])
+@pytest.mark.timeout(120)
+def test_a_value_torchrun_would_fail_on_is_one_line_before_any_rank(argv, env, says, tmp_path, monkeypatch,
+                                                                  ccddp_here):
+    """Values torchrun's parser takes but torchrun (or every rank) then fails on with a
+    traceback are refused by the launch in one line, before anything starts."""
+    code, stderr = _launch_here(monkeypatch, ccddp_here, *argv, SCRIPT, str(tmp_path),
+                                env={"CCDDP_GROUP_SECRET": SECRET_HEX, **env})
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ccddp: error: {says}"), stderr[-2000:]
+    assert not list(tmp_path.glob("attempt*")), "a rank started"
+
+
 @pytest.mark.timeout(120)
 def test_a_usage_error_is_one_line(tmp_path, monkeypatch, ccddp_here):
     code, stderr = _launch_here(monkeypatch, ccddp_here, "--rdzv", "c10d", SCRIPT, str(tmp_path))
@@ -261,6 +301,37 @@ def test_the_group_secret_reaches_the_ranks_only(given_secret_launch):
     assert len(written) >= 10
     for text in (done.stdout, done.stderr, *written):
         assert SECRET_HEX not in text and SECRET_HEX.upper() not in text
+
+
+def test_the_launch_tells_its_ranks_the_job_size_the_command_line_gives(given_secret_launch):
+    """``CCDDP_WORLD_SIZE`` (``--nnodes`` x ``--nproc-per-node``) reaches each rank from
+    the launch itself, beside the ``WORLD_SIZE`` the rendezvous store gave it."""
+    out = given_secret_launch[1]
+    for r in (0, 1):
+        block = (out / f"rank{r}-self.environ").read_bytes().split(b"\0")
+        assert b"CCDDP_WORLD_SIZE=2" in block and b"WORLD_SIZE=2" in block, r
+
+
+@pytest.mark.parametrize("launcher", ["ccddp launch", "ccddp train"])
+def test_a_rank_the_rendezvous_puts_in_a_job_of_another_size_stops_in_one_line(launcher, tmp_path):
+    """A host serving a node's agent from a store of its own can make that node a whole
+    job (``WORLD_SIZE`` its own ranks): the rank, told the job's size by the launch, stops
+    before it makes a group -- under ``ccddp launch`` (the interceptor) and in the ranks
+    of ccddp's commands (``bench.worker``)."""
+    script = tmp_path / "script.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group()\nprint('GROUP MADE')\n")
+    env = _env(RANK="1", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+               CCDDP_WORLD_SIZE="2", CCDDP_GROUP_SECRET=SECRET_HEX)
+    if launcher == "ccddp launch":
+        cmd = [sys.executable, "-m", "ccddp.backend.intercept", str(script)]
+    else:
+        cmd = [sys.executable, "-c", "from ccddp.bench.worker import init_from_env, run_worker\n"
+                                     "run_worker(lambda: init_from_env(10) or print('GROUP MADE'))"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "GROUP MADE" not in done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "this launch has 2 ranks, but the rendezvous put this rank in a job of 1" in lines[0], \
+        done.stderr[-2000:]
 
 
 def _check_environment_blocks(out) -> None:
@@ -344,3 +415,19 @@ def test_a_one_rank_group_works_like_gloos():
     (t, gathered, objs, backend), = run_ranks(_one_rank, 1, timeout=120)
     assert t == gathered == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     assert objs == [{"rank": 0}] and backend == "ccddp"
+
+
+def test_a_measuring_command_says_it_does_not_use_ccddp_settings(monkeypatch, capsys):
+    """``ccddp train``/``bench``/... build their groups from their own options: a
+    ``CCDDP_SETTINGS`` exported for the user's scripts is said to be unused (once, before
+    the ranks start), not silently ignored by a measurement the user thinks it shaped."""
+    import ccddp.bench.launch as launch
+
+    started = []
+    monkeypatch.setattr(launch, "supervised",
+                        lambda cmd, env, **kw: started.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    launch.torchrun("platform", [], nproc=1, env={"CCDDP_SETTINGS": '{"segment_bytes": 4096}'})
+    err = capsys.readouterr().err
+    assert started and err.count("\n") == 1 and err.startswith("ccddp: warning: CCDDP_SETTINGS is set but not used")
+    launch.torchrun("platform", [], nproc=1, env={})
+    assert capsys.readouterr().err == ""

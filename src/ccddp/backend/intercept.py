@@ -31,6 +31,7 @@ from ccddp.backend.policy import secure_backend
 from ccddp.backend.registration import BACKEND_NAME, register
 from ccddp.crypto.keys import take_secret_from_env
 from ccddp.errors import CCDDPError
+from ccddp.launched import check_world_size
 
 
 def _rewriting(fn):
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("usage: python -m ccddp.backend.intercept (SCRIPT | -m MODULE) [ARGS ...]")
     install()
     try:
+        check_world_size()      # the job's size as the launch says it, not as the host's store does
         # Before the script starts anything that would inherit the environment.
         take_secret_from_env()
         if argv[0] == "-m":

@@ -20,6 +20,7 @@ import torch
 
 from ccddp.backend.calls import one
 from ccddp.backend.work import PeerWork
+from ccddp.comm.transport import gloo_timeout
 from ccddp.errors import PeerTimeoutError
 
 # The point-to-point tag of monitored_barrier's sealed reports: a stream (key, counter) of
@@ -67,10 +68,10 @@ def monitored_barrier(pg, timeout=None, wait_all_ranks=False):
     n, me = pg.size(), pg.rank()
     links = pg.peer_links
     if me != 0:
-        links.isend(torch.ones(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(timedelta(seconds=max(limit, 0.001)))
+        links.isend(torch.ones(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(gloo_timeout(limit))
         try:
             links.irecv(torch.empty(1, dtype=torch.int32), 0, _MONITORED_TAG).wait(
-                timedelta(seconds=max(limit, 0.001)))
+                gloo_timeout(limit))
         except PeerTimeoutError as e:
             raise PeerTimeoutError(f"Rank {me} successfully reached monitoredBarrier, but received errors while "
                                    f"waiting for send/recv from rank 0. Please check rank 0 logs for faulty "
@@ -88,7 +89,7 @@ def monitored_barrier(pg, timeout=None, wait_all_ranks=False):
                     else "No ranks successfully processed in monitoredBarrier.")
             raise PeerTimeoutError(f"Rank {me} timed out in monitoredBarrier after {ms} ms. {done}")
         try:
-            report.wait(timedelta(seconds=max(remaining, 0.001)))
+            report.wait(gloo_timeout(remaining))
         except PeerTimeoutError:
             missing.append(r)
             if not wait_all_ranks:
@@ -99,5 +100,5 @@ def monitored_barrier(pg, timeout=None, wait_all_ranks=False):
         raise PeerTimeoutError(f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier "
                                f"in {ms} ms")
     for r in range(1, n):
-        links.isend(torch.ones(1, dtype=torch.int32), r, _MONITORED_TAG).wait(timedelta(seconds=max(limit, 0.001)))
+        links.isend(torch.ones(1, dtype=torch.int32), r, _MONITORED_TAG).wait(gloo_timeout(limit))
     return None

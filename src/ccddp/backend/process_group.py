@@ -58,6 +58,7 @@ from ccddp.backend.queue import OpQueue
 from ccddp.backend.registration import BACKEND_NAME, SETTINGS_ENV, Options, settings_from_env
 from ccddp.backend.work import CollectiveWork
 from ccddp.comm import Endpoint, establish
+from ccddp.comm.control import gather_sealed
 from ccddp.comm.p2p import SealedPeerLinks
 from ccddp.comm.transport import Transport
 from ccddp.crypto.counters import CryptoCounters
@@ -166,18 +167,17 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
 
     # -- device tensors ----------------------------------------------------------------
     def _choosing_wire(self, job: Callable[[], None], device: torch.device) -> Callable[[], None]:
-        """``job``, preceded at the group's first CUDA op by the choice of the wire for device
-        frames (collective: every rank's first CUDA op is the same op; a choice that fails
-        is not tried again, so the ranks stay in step)."""
+        """``job``, preceded at the group's first CUDA op by the choice of the wire for device frames
+        (collective: every rank's first CUDA op is the same; a failed choice is not retried, so the ranks
+        stay in step), on GPU reports gathered sealed: the host can neither read nor split them."""
         if self._wire_chosen:
             return job
 
         def choosing() -> None:
-            transport = self.endpoint.transport
-            if not self._wire_chosen and transport.ordered is None:
+            if not self._wire_chosen and self.endpoint.transport.ordered is None:
                 self._wire_chosen = True
-                transport.ordered = device_wire(self._store, self.rank(), self.size(), self.settings,
-                                                transport.exchange, device)
+                self.endpoint.transport.ordered = device_wire(self._store, self.rank(), self.size(), self.settings,
+                                                              lambda blob: gather_sealed(blob, self.endpoint), device)
             job()
 
         return choosing

@@ -29,14 +29,25 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE, GroupSecret
 from ccddp.errors import CCDDPError
+from ccddp.launched import ENV_WORLD_SIZE
 
 
 #: The module that runs torchrun (``torch.distributed.run.main``) for every launch of ccddp's.
 AGENT = "ccddp.bench.agent"
+
+#: torchrun takes every option's default from a ``PET_<OPTION>`` variable
+#: (torch/distributed/argparse_util.py): ``PET_STANDALONE=1`` or ``PET_RDZV_BACKEND=c10d``
+#: would switch a launch to a dynamic rendezvous, which unpickles what it reads from the
+#: host's store. No launch of ccddp's passes one to the agent (:func:`agent_environment`).
+PET_PREFIX = "PET_"
+
+#: ``ccddp.comm.settings.SETTINGS_ENV`` (not imported: ``ccddp.comm`` loads torch, which a
+#: command's parent does not need before its ranks start).
+SETTINGS_ENV = "CCDDP_SETTINGS"
 
 
 def free_port() -> int:
@@ -55,6 +66,13 @@ def job_env(extra: dict | None = None) -> dict:
     return env
 
 
+def agent_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without its ``PET_*`` variables: what the agent may read. Every option of a
+    launch of ccddp's is on its command line (``ccddp launch`` turns the user's ``PET_*``
+    variables into options first and checks them as such)."""
+    return {k: v for k, v in env.items() if not k.startswith(PET_PREFIX)}
+
+
 def torchrun(module: str, args: list[str], nproc: int, *, timeout_s: float = 3600, env: dict | None = None,
              nnodes: int = 1, node_rank: int = 0, master_addr: str | None = None, master_port: int | None = None,
              quiet: bool = False) -> None:
@@ -68,6 +86,13 @@ def torchrun(module: str, args: list[str], nproc: int, *, timeout_s: float = 360
            f"--node-rank={node_rank}", f"--master-addr={master_addr or '127.0.0.1'}", f"--master-port={port}",
            "--max-restarts=0", "-m", module, *args]
     env = dict(env or job_env())
+    env[ENV_WORLD_SIZE] = str(nproc * nnodes)   # what every rank checks its WORLD_SIZE against
+    if env.get(SETTINGS_ENV, "").strip():
+        # The ranks of ccddp's commands build their groups from the command's options; a
+        # user who exported CCDDP_SETTINGS for their scripts must not think it measured.
+        print(f"ccddp: warning: {SETTINGS_ENV} is set but not used: this command takes its collective settings "
+              f"from its own options (see its --help); {SETTINGS_ENV} is for scripts on the ccddp backend",
+              file=sys.stderr, flush=True)
     # The secret never enters an environment block (/proc/<pid>/environ of torchrun, the
     # ranks and whatever they start): the user's CCDDP_GROUP_SECRET is taken out of the
     # ranks' environment, else a fresh one is made unless a file already holds it.
@@ -117,9 +142,10 @@ def secret_handoff(secret) -> Iterator[str]:
 
 def supervised(cmd: list[str], env: dict, *, timeout_s: float | None = None, stdout=None,
                stderr=None) -> subprocess.CompletedProcess:
-    """Run the torchrun command ``cmd`` in a session of its own and wait for it. Ctrl-C,
-    SIGTERM, SIGHUP or ``timeout_s`` stop it and every rank (:func:`stop`) before the
-    exception goes on, so no rank outlives the call.
+    """Run the torchrun command ``cmd`` in a session of its own, in ``env`` without its
+    ``PET_*`` variables (:func:`agent_environment`), and wait for it. Ctrl-C, SIGTERM,
+    SIGHUP or ``timeout_s`` stop it and every rank (:func:`stop`) before the exception
+    goes on, so no rank outlives the call.
 
     Example::
 
@@ -128,7 +154,8 @@ def supervised(cmd: list[str], env: dict, *, timeout_s: float | None = None, std
         done.returncode
     """
     with _signals_as_interrupt():
-        proc = subprocess.Popen(cmd, env=env, text=True, start_new_session=True, stdout=stdout, stderr=stderr)
+        proc = subprocess.Popen(cmd, env=agent_environment(env), text=True, start_new_session=True, stdout=stdout,
+                                stderr=stderr)
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except BaseException:
@@ -255,7 +282,8 @@ def reason(stderr: str) -> str:
         for marker in markers:
             for ln in lines:
                 if marker in ln:
-                    return ln.split("]:", 1)[-1].strip()[:500]
+                    # A rank's own "ccddp: error: " prefix goes: the command puts its own first.
+                    return ln.split("]:", 1)[-1].strip().removeprefix("ccddp: error: ")[:500]
         return None
 
     found = first("ccddp: error:", "IntegrityError", "ConfigError", "PeerTimeoutError")

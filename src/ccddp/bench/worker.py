@@ -16,11 +16,13 @@ from typing import Callable
 import torch.distributed as dist
 
 from ccddp.errors import CCDDPError
+from ccddp.launched import check_world_size
 
 EXIT_CCDDP_ERROR = 3
 
 
 def init_from_env(timeout_s: float = 120.0) -> None:
+    check_world_size()          # the job's size as the launch says it, not as the host's store does
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
 

@@ -31,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("--names", default=None, help="comma list of identity names (default: rank0, rank1, ...)")
     p.add_argument("--allowlist", default=None,
                    help="allowlist file to create or extend (default: OUT/allowlist.json)")
-    p.add_argument("--bind-ranks", action="store_true", help="identity i may only be used by rank i")
+    p.add_argument("--bind-ranks", action="store_true", help="identity i may only be used by rank i (the job's global rank, in every group)")
     p.add_argument("--force", action="store_true", help="overwrite existing key files")
     p.set_defaults(func=run)
 

@@ -58,6 +58,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ccddp.errors import ConfigError
+from ccddp.launched import ENV_WORLD_SIZE
 
 INTERCEPT = "ccddp.backend.intercept"
 
@@ -65,9 +66,6 @@ USAGE = ("ccddp launch [--trust-domains MAP] [--attestation-policy PATH [--attes
          "[torchrun options] SCRIPT [ARGS]")
 
 SUMMARY = "run an unmodified DDP script (torchrun arguments) with ccddp as its backend"
-
-#: torchrun's options read their defaults from ``PET_<OPTION>`` (torch/distributed/argparse_util.py).
-PET_PREFIX = "PET_"
 
 
 def register(sub) -> None:
@@ -158,6 +156,26 @@ def _refuse_usage(message: str):
     raise ConfigError(f"torchrun's options: {message}")
 
 
+#: What ``ccddp launch --help`` says before torchrun's own help.
+HELP = f"""usage: {USAGE}
+
+torchrun, with every rank's process groups served by the ccddp backend: the script's
+init_process_group("gloo"), ("nccl") or no backend becomes "ccddp"; nothing else changes.
+
+ccddp's own options (before torchrun's, in any order):
+  {TRUST_DOMAINS} MAP         rank, node or a JSON list of rank lists: plaintext only among
+                              ranks that prove they share a machine (default: every link sealed)
+  {ATTESTATION_POLICY} PATH   hardware attestation: the TOML policy the ranks' evidence must meet
+  {ATTESTATION_CERTS} DIR     the directory of AMD's ASK/ARK certificates (SEV-SNP policies)
+
+torchrun's options follow. ccddp launch refuses --standalone, an --rdzv-backend other than
+static and a range of --nnodes: each is a rendezvous that unpickles what the host's store
+holds. One node gets the static rendezvous on 127.0.0.1 by itself; across nodes give
+{STATIC_HOW} on every node.
+
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     """torchrun's own parser as torchrun will build it under :func:`child_environment`:
     with no ``PET_*`` variable.
@@ -168,6 +186,8 @@ def _parser() -> argparse.ArgumentParser:
     """
     from torch.distributed.run import get_args_parser
 
+    from ccddp.bench.launch import PET_PREFIX
+
     saved = {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith(PET_PREFIX)]}
     try:
         parser = get_args_parser()
@@ -176,6 +196,8 @@ def _parser() -> argparse.ArgumentParser:
     # A usage error is one line from ccddp (exit 2), not torchrun's usage text.
     parser.error = _refuse_usage  # type: ignore[method-assign]
     parser.prog = "ccddp launch"
+    torchrun_help = parser.format_help
+    parser.format_help = lambda: HELP + torchrun_help()  # type: ignore[method-assign]
     return parser
 
 
@@ -186,6 +208,8 @@ def pet_options(environ: Mapping[str, str]) -> list[str]:
     spelled, as torchrun's defaults do. A ``PET_*`` name torchrun has no option for is
     dropped (torch reads ``PET_*`` nowhere else)."""
     from torch.distributed.argparse_util import check_env, env
+
+    from ccddp.bench.launch import PET_PREFIX
 
     pet = {k: v for k, v in environ.items() if k.startswith(PET_PREFIX)}
     out: list[str] = []
@@ -239,6 +263,28 @@ def _check_backend(ns: argparse.Namespace) -> None:
                           f"does not use (it unpickles what the host's store holds); give a fixed count: {STATIC_HOW}")
 
 
+def job_size(ns: argparse.Namespace) -> int:
+    """The number of ranks the launch ``ns`` asks for (``--nnodes`` times each node's
+    ``--nproc-per-node``, as torchrun reads it); :class:`ConfigError` for a value
+    torchrun's parser takes but torchrun then fails on with a traceback
+    (``--nproc-per-node two``, ``0``, ``--nnodes 0``)."""
+    from torch.distributed.run import determine_local_world_size
+
+    try:
+        nproc = determine_local_world_size(str(ns.nproc_per_node))
+    except ValueError as e:
+        raise ConfigError(f"--nproc-per-node {ns.nproc_per_node}: {e} (give a number of ranks per node, or auto, "
+                          "cpu or gpu)") from None
+    if nproc < 1:
+        raise ConfigError(f"--nproc-per-node {ns.nproc_per_node}: a node needs at least one rank")
+    nodes = _node_range(ns)[0]
+    if nodes < 1:
+        raise ConfigError(f"--nnodes {ns.nnodes}: a launch needs at least one node")
+    if ns.max_restarts < 0:
+        raise ConfigError(f"--max-restarts {ns.max_restarts}: give 0 or more")
+    return nodes * nproc
+
+
 def check_static(ns: argparse.Namespace) -> None:
     """Raise :class:`ConfigError` unless torchrun, given ``ns``, uses the static rendezvous
     (a one-node launch without a port or endpoint is switched to c10d by torchrun too)."""
@@ -284,6 +330,7 @@ def torchrun_argv(argv: list[str], environ: Mapping[str, str] | None = None) -> 
     # What torchrun will do with exactly these arguments (its parser, no PET_* variable).
     done = _parse(final)
     check_static(done)
+    job_size(done)
     if not done.module or done.training_script != INTERCEPT:
         raise ConfigError(f"cannot start the script through {INTERCEPT} with these torchrun options")
     return final
@@ -301,9 +348,10 @@ def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """torchrun's environment: ``environ`` without ``PET_*`` variables (each is an option in
     :func:`torchrun_argv` already, checked there) and without the group secret (handed
     over by :func:`ccddp.bench.launch.secret_handoff`)."""
+    from ccddp.bench.launch import agent_environment
     from ccddp.crypto.keys import ENV_SECRET
 
-    return {k: v for k, v in environ.items() if not k.startswith(PET_PREFIX) and k != ENV_SECRET}
+    return {k: v for k, v in agent_environment(environ).items() if k != ENV_SECRET}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -329,10 +377,13 @@ def run(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", AGENT, *final]
     env = child_environment(os.environ)
     env.update(attestation)
-    if own.trust_domains is not None:
-        from ccddp.comm.settings import SETTINGS_ENV
+    env[ENV_WORLD_SIZE] = str(job_size(_parse(final)))     # each rank checks its WORLD_SIZE against it
+    from ccddp.comm.settings import SETTINGS_ENV, settings_from_json
 
+    if own.trust_domains is not None:
         env[SETTINGS_ENV] = settings_with(os.environ, own.trust_domains)
+    else:
+        settings_from_json(os.environ.get(SETTINGS_ENV, ""))   # a bad setting: one line here, before any rank
     if os.environ.get(ENV_SECRET):
         secret = GroupSecret.from_hex(os.environ[ENV_SECRET])   # refused here, not in every rank
     elif os.environ.get(ENV_SECRET_FILE) or os.environ.get("CCDDP_IDENTITY") or attestation:

@@ -38,7 +38,7 @@ import torch
 
 from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.pipeline import dtype_name
-from ccddp.comm.transport import Transport
+from ccddp.comm.transport import Transport, gloo_timeout
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES, LinkChannel, link_id
 from ccddp.crypto.counters import CryptoCounters
@@ -135,7 +135,7 @@ class SealedPeerLinks:
             self.transport.wait(work, peer, label)
             return
         try:
-            work.wait(timeout)
+            work.wait(gloo_timeout(timeout.total_seconds()))
         except RuntimeError:
             raise PeerTimeoutError(f"rank {self.group.rank}: {label}: no answer within "
                                    f"{timeout.total_seconds():g}s", label=label) from None

@@ -123,7 +123,7 @@ def establish(transport: Transport, settings: CommSettings, key_source: KeySourc
         session_id = agree_session(None, rank, world_size, transport.exchange, context=context).session_id
     elif isinstance(key_source, KeyEstablishment):
         keys = key_source.run(rank, world_size, transport.exchange,
-                              context=json.dumps(context, sort_keys=True).encode())
+                              context=json.dumps(context, sort_keys=True).encode(), ranks=ranks)
         secret, session_id = keys.group_secret, keys.session_id
     elif isinstance(key_source, GroupSecret):
         secret = key_source

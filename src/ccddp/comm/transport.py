@@ -33,6 +33,13 @@ import torch.distributed as dist
 from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
 
 
+def gloo_timeout(seconds: float) -> timedelta:
+    """A wait limit for a gloo work: gloo counts whole milliseconds and reads 0 as "no
+    timeout", so a limit under 1 ms (a tiny ``timeout_s``, a deadline just passed) would
+    wait forever; it waits 1 ms instead."""
+    return timedelta(seconds=max(seconds, 0.001))
+
+
 class Transport:
     """Sends and receives uint8 tensors between ranks of one process group.
 
@@ -61,7 +68,7 @@ class Transport:
         self.pg = pg
         self.downward = downward
         self.rank = pg.rank()
-        self.timeout = timedelta(seconds=timeout_s)
+        self.timeout = gloo_timeout(timeout_s)
         # Frames on these device types go on the wire as they are; others cross through
         # a host buffer (tests empty it to run the staging on CPU frames).
         self.host_device_types = frozenset({"cpu"})
@@ -179,7 +186,7 @@ def bounded(work, timeout_s: float, what: str = "an exchange inside a trust doma
     """Wait for a gloo collective's ``work`` at most ``timeout_s``; then, or if a peer
     failed, raise :class:`PeerTimeoutError`."""
     try:
-        work.wait(timedelta(seconds=timeout_s))
+        work.wait(gloo_timeout(timeout_s))
     except RuntimeError as e:
         raise PeerTimeoutError(f"{what} did not complete within {timeout_s:g}s: a peer failed, is slow to "
                                f"start, or was started with another world size ({gloo_reason(e)})") from None

@@ -52,7 +52,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, runtime_checkable
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import serialization
@@ -164,7 +164,8 @@ class AttestationVerifier(Protocol):
         ...
 
     def verify(self, rank: int, identity_public: bytes, evidence: bytes, binding: bytes) -> str:
-        """Return a printable name for the peer, or raise :class:`EstablishmentError`."""
+        """Return a printable name for the peer, the job's rank ``rank`` (its global rank,
+        in a subgroup too), or raise :class:`EstablishmentError`."""
         ...
 
 
@@ -415,9 +416,15 @@ class KeyEstablishment:
             raise ConfigError(f"attestation evidence is {len(evidence)} bytes; at most {_MAX_EVIDENCE} are allowed")
         return body + struct.pack(">I", len(evidence)) + evidence + self.identity.sign(_signed_part(body, evidence))
 
-    def run(self, rank: int, world_size: int, exchange: Exchange, context: bytes = b"") -> EstablishedKeys:
+    def run(self, rank: int, world_size: int, exchange: Exchange, context: bytes = b"",
+            ranks: Sequence[int] | None = None) -> EstablishedKeys:
         """Establish keys with every other rank; raise :class:`EstablishmentError` on all
-        ranks if any rank cannot be trusted."""
+        ranks if any rank cannot be trusted. ``ranks``: the job's rank of each slot of the
+        group (a subgroup's global ranks; default: the slots themselves), which the
+        verifier checks an identity bound to ranks against (``ccddp keygen --bind-ranks``)."""
+        ranks = tuple(range(world_size)) if ranks is None else tuple(ranks)
+        if len(ranks) != world_size:
+            raise ConfigError(f"{len(ranks)} job ranks given for a group of {world_size}")
         eph = X25519PrivateKey.generate()
         eph_pub = eph.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         mine = self.message(rank, world_size, context, eph_pub, os.urandom(16))
@@ -428,7 +435,7 @@ class KeyEstablishment:
         # (naming it) after the rounds that tell every peer, not a bare EstablishmentError.
         claim: str | None = None
         try:
-            msgs, names = self._check_round1(rank, world_size, context, mine, blobs)
+            msgs, names = self._check_round1(rank, world_size, context, mine, blobs, ranks)
         except EstablishmentError as e:
             problem = str(e)
             claim = e.claim if isinstance(e, AttestationError) else None
@@ -472,7 +479,7 @@ class KeyEstablishment:
 
     # round 1: who is in the group --------------------------------------------------------
     def _check_round1(self, rank: int, world_size: int, context: bytes, mine: bytes,
-                      blobs: list[bytes]) -> tuple[list[Message], list[str]]:
+                      blobs: list[bytes], ranks: tuple[int, ...]) -> tuple[list[Message], list[str]]:
         if len(blobs) != world_size:
             raise EstablishmentError(f"the key exchange returned {len(blobs)} messages for {world_size} ranks")
         if bytes(blobs[rank]) != mine:
@@ -492,7 +499,9 @@ class KeyEstablishment:
             if not hmac.compare_digest(m.context, digest):
                 raise EstablishmentError(f"rank {j} was started with other collective settings than rank {rank}")
             try:
-                names.append(str(self.verifier.verify(j, m.identity, m.evidence, m.binding)))
+                # The job's rank of slot j: an identity bound to rank 2 is rank 2's in any
+                # subgroup that holds it, whatever slot that is.
+                names.append(str(self.verifier.verify(ranks[j], m.identity, m.evidence, m.binding)))
             except EstablishmentError:
                 raise
             except Exception as e:  # a plug-in verifier's own failure is still a refusal

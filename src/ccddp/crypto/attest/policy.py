@@ -1,18 +1,20 @@
 """The user's attestation policy: which evidence is accepted, as a TOML file.
 
-Example (every field but ``measurements`` is optional; the defaults are the strict
-choice)::
+Example (the fields with a default default to the strict choice; what the host could
+otherwise choose for the guest -- the firmware versions (TCB), and for TDX the RTMRs that
+measure what MRTD does not: firmware configuration, kernel, command line -- has no
+default: a policy names the values it accepts, or says ``"any"``)::
 
     format = "ccddp-attestation-policy/1"
 
     [snp]
     # MEASUREMENT values (96 hex digits) of the launch images you built and trust.
     measurements = ["b07af9620f3b839b...2b01"]
+    min_tcb = { bootloader = 2, tee = 0, snp = 5, microcode = 68 }   # required (or "any")
     allow_debug = false              # a debug VM's memory can be read by the host
     allow_migration_agent = false    # a migration agent can move the VM's memory out
     max_vmpl = 0                     # the report must come from VMPL 0..max_vmpl
     min_guest_svn = 0
-    min_tcb = { bootloader = 2, tee = 0, snp = 5, microcode = 68 }
     host_data = []                   # accepted HOST_DATA values (hex); empty: any
 
     [gpu]                            # NVIDIA GPU evidence (see GpuPolicy)
@@ -61,6 +63,10 @@ def _hexes(field: str, value: object, nbytes: int) -> frozenset[bytes]:
     return frozenset(out)
 
 
+#: The value of a required field that accepts whatever the evidence shows, said on purpose.
+ANY = "any"
+
+
 def _uint(field: str, value: object, top: int) -> int:
     # bool is an int in Python; "true" is not a level.
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= top:
@@ -96,7 +102,11 @@ class SnpPolicy:
         meas = _hexes("snp.measurements", doc["measurements"], 48)
         if not meas:
             raise _bad("snp.measurements", "is empty: no launch would be accepted")
-        tcb_doc = doc.get("min_tcb", {})
+        if "min_tcb" not in doc:
+            raise _bad("snp.min_tcb", "is required: the lowest firmware and microcode versions you accept, e.g. "
+                                      "{ bootloader = 3, tee = 0, snp = 8, microcode = 115 } (a host can run old, "
+                                      f"vulnerable firmware under a genuine key of its TCB), or \"{ANY}\"")
+        tcb_doc = {} if doc["min_tcb"] == ANY else doc["min_tcb"]
         if not isinstance(tcb_doc, dict):
             raise _bad("snp.min_tcb", "must be a table {bootloader, tee, snp, microcode}")
         unknown = sorted(set(tcb_doc) - set(_TCB))
@@ -156,9 +166,15 @@ class TdxPolicy:
 
         [tdx]
         mrtds = ["<96 hex digits>"]        # required: the TD images you built
-        rtmr0 = ["<96 hex>"]               # optional, each of rtmr0..rtmr3: accepted values
+        rtmr0 = ["<96 hex>"]               # required, rtmr0..rtmr2 (rtmr3 optional): accepted values, or "any"
+        min_tee_tcb_svn = "<32 hex>"       # required: each of the 16 TEE_TCB_SVN bytes at least this, or "any"
         allow_debug = false                # TDATTRIBUTES.DEBUG
-        min_tee_tcb_svn = "<32 hex>"       # each of the 16 TEE_TCB_SVN bytes at least this
+
+    MRTD measures only the TD's firmware image: with direct boot the host (VMM) chooses the
+    firmware's configuration, the kernel and its command line, measured into RTMR0, RTMR1
+    and RTMR2 only. A policy without them would accept a TD of genuine firmware running the
+    host's kernel, so each is required, as accepted values or an explicit ``"any"``.
+    RTMR3 is extended by the running guest (its kernel, pinned by RTMR1/2): optional.
     """
 
     mrtds: frozenset[bytes]
@@ -176,8 +192,12 @@ class TdxPolicy:
         mrtds = _hexes("tdx.mrtds", doc["mrtds"], 48)
         if not mrtds:
             raise _bad("tdx.mrtds", "is empty: no TD would be accepted")
-        rtmrs = tuple(_hexes(f"tdx.rtmr{i}", doc[f"rtmr{i}"], 48) if f"rtmr{i}" in doc else None for i in range(4))
-        svn = doc.get("min_tee_tcb_svn", "00" * 16)
+        rtmrs = tuple(_rtmr(doc, i) for i in range(4))
+        if "min_tee_tcb_svn" not in doc:
+            raise _bad("tdx.min_tee_tcb_svn", "is required: the lowest TDX module version you accept (the 16 "
+                                              "TEE_TCB_SVN bytes, 32 hex digits; a host can run an old, vulnerable "
+                                              f"one), or \"{ANY}\"")
+        svn = "00" * 16 if doc["min_tee_tcb_svn"] == ANY else doc["min_tee_tcb_svn"]
         try:
             svn_b = bytes.fromhex(svn) if isinstance(svn, str) else b""
         except ValueError:
@@ -209,8 +229,24 @@ class TdxPolicy:
         for i, accepted in enumerate(self.rtmrs):
             if accepted is not None and q.rtmrs[i] not in accepted:
                 raise fail(f"rtmr{i}", f"RTMR{i} {q.rtmrs[i].hex()} is not one the policy accepts")
-            out.append((f"rtmr{i}", "accepted" if accepted is not None else "any (the policy lists none)"))
+            out.append((f"rtmr{i}", "accepted" if accepted is not None else "any (as the policy says)"))
         return out
+
+#: What RTMR0..RTMR2 measure that the host chooses (with direct boot, MRTD covers none of it).
+_RTMR_HOLDS = ("the firmware's configuration (ACPI tables, TD HOB)", "the kernel and boot loader",
+               "the kernel command line and initrd")
+
+
+def _rtmr(doc: dict, i: int) -> frozenset[bytes] | None:
+    """The accepted values of RTMR ``i`` (None: any, said or, for RTMR3, left out)."""
+    field = f"rtmr{i}"
+    if doc.get(field) == ANY or (field not in doc and i == 3):
+        return None
+    if field not in doc:
+        raise _bad(f"tdx.{field}", f"is required: RTMR{i} measures {_RTMR_HOLDS[i]}, which the host chooses and "
+                                   f"MRTD does not cover; list the values you accept, or write {field} = \"{ANY}\"")
+    return _hexes(f"tdx.{field}", doc[field], 48)
+
 
 _GPU = {"driver_versions", "vbios_versions", "allow_devtools", "measurements"}
 
