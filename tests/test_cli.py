@@ -176,3 +176,31 @@ def test_characterize_prints_one_line_records_off_a_terminal():
     assert re.match(r"characterize \[1/2\] resnet50, 2 ranks: done in \d+ s; naive/off 1\.\d\d× \(1\.\d\d–1\.\d\d\), "
                     r"pipelined/off no measurable difference \(0\.\d\d–1\.\d\d\); 8 rounds$", second), second
 
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["train", "--workload", "graphsage", "--size", "small"], "argument --size: invalid choice: 'small'"),
+    (["trian"], "argument COMMAND: invalid choice: 'trian'"),
+    (["tune", "--workload", "gpt2-xl", "--gpus", "2,4"], "argument --gpus: invalid int value: '2,4'"),
+    (["bench", "collectives", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    ([], "the following arguments are required: COMMAND"),
+])
+def test_a_usage_error_is_one_line_naming_the_help_to_read(argv, says, capsys):
+    """README: "A mistyped option or name is answered in one line, ``ccddp: error: ...``"
+    -- argparse's own choice and type errors included (it prints its usage block first)."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"ccddp: error: {says}") and "--help)" in err, err
+
+
+def test_launch_help_says_ccddps_own_options_and_what_it_refuses_before_torchruns(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["launch", "--help"])
+    assert stopped.value.code == 0
+    out = capsys.readouterr().out
+    ours = out[:out.index("usage: ccddp launch [-h]")]   # torchrun's own help follows
+    for option in ("--trust-domains MAP", "--attestation-policy PATH", "--attestation-certs DIR"):
+        assert f"\n  {option} " in ours, option
+    assert "refuses --standalone" in ours and "--nproc-per-node" in out

@@ -199,6 +199,24 @@ def test_the_backend_without_key_material_says_so_in_one_line_per_rank(tmp_path)
         and "CCDDP_GROUP_SECRET" in lines[0], lines[0]
 
 
+def test_a_bad_setting_stops_the_backend_in_one_line_per_rank(tmp_path):
+    # README: "a bad setting stops the run with one line naming the setting" -- also
+    # under plain torchrun, where no ccddp command prints the error for the script.
+    from ccddp.bench.launch import free_port
+
+    script = tmp_path / "demo.py"
+    script.write_text(NO_SECRET_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCDDP_")}
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               CCDDP_GROUP_SECRET="5e0c9a3f7b1d2e8c4a6f0b9d3e7c1a5f8b2d6e0c4a9f3b7d1e5c8a2f6b0d4e9c",
+               CCDDP_SETTINGS='{"segment_byte": 4096}')
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode != 0 and "initialised" not in p.stdout
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("ccddp: error: CCDDP_SETTINGS: unknown setting 'segment_byte'"), lines[0]
+
+
 # -- 5. every longer command says what it is doing before anything slow starts --------------------
 
 class _Stop(Exception):

@@ -499,3 +499,19 @@ def test_machine_info_names_the_gpu_a_cuda_run_used(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
     assert machine_info()["gpu"] == "NVIDIA H100 80GB HBM3 (1 visible)"
+
+
+def test_the_shapes_section_says_a_tiny_architecture_is_not_the_papers():
+    """A report of ``--size tiny`` runs must not claim full-size architectures (gradient
+    bytes and bucket counts as the paper's); a default-size report still says it."""
+    from ccddp.report.markdown import _shapes
+    from ccddp.report.results import Results
+
+    default = make_results(workloads=("graphsage",), world_sizes=(2,), failed=())
+    tiny = json.loads(json.dumps(default))
+    for run in tiny["runs"]:
+        run["result"]["shapes"]["size"] = "tiny"
+    default_text, tiny_text = (" ".join(_shapes(Results(d))) for d in (default, tiny))
+    assert "Architectures are full size" in default_text and "tiny" not in default_text
+    assert "Size `tiny` is a reduced architecture" in tiny_text
+    assert "Architectures are full size" not in tiny_text and "are not the paper's" in tiny_text

@@ -94,20 +94,26 @@ def _create(backend_opts, options):
     """torch's creator hook (extended API): one ccddp process group."""
     from ccddp.backend import policy, torch_private
     from ccddp.backend.process_group import ProcessGroupCCDDP
+    from ccddp.errors import CCDDPError, ConfigError
 
-    torch_private.require()  # a torch outside the range, or one that moved a hook: one line, no group
-    policy.install()  # from now on, a gloo group under a ccddp default group is ccddp too
-
-    if options is not None and not isinstance(options, Options):
-        from ccddp.errors import ConfigError
-
-        raise ConfigError(f"pg_options for the ccddp backend must be ccddp.backend.Options, got {type(options).__name__}")
-    if options is None or (options.secret is None and options.establishment is None):
-        require_key_material(backend_opts.group_rank)
-    ranks = list(backend_opts.global_ranks_in_group) or list(range(backend_opts.group_size))  # [] = the world
-    return ProcessGroupCCDDP(backend_opts.store, backend_opts.group_rank, backend_opts.group_size,
-                             backend_opts.timeout, options or Options(), group_id=str(backend_opts.group_id),
-                             global_ranks=ranks)
+    try:
+        torch_private.require()  # a torch outside the range, or one that moved a hook: one line, no group
+        policy.install()  # from now on, a gloo group under a ccddp default group is ccddp too
+        if options is not None and not isinstance(options, Options):
+            raise ConfigError(f"pg_options for the ccddp backend must be ccddp.backend.Options, "
+                              f"got {type(options).__name__}")
+        if options is None or (options.secret is None and options.establishment is None):
+            require_key_material(backend_opts.group_rank)
+        ranks = list(backend_opts.global_ranks_in_group) or list(range(backend_opts.group_size))  # [] = the world
+        return ProcessGroupCCDDP(backend_opts.store, backend_opts.group_rank, backend_opts.group_size,
+                                 backend_opts.timeout, options or Options(), group_id=str(backend_opts.group_id),
+                                 global_ranks=ranks)
+    except CCDDPError:
+        # A group that cannot be made (a bad setting, no or other key material, a refused
+        # peer) is said in one line per rank, as the README promises: its message is the
+        # whole story, a traceback through torch's group creation adds nothing.
+        one_line_errors()
+        raise
 
 
 def missing_key_material() -> bool:
@@ -133,7 +139,6 @@ def require_key_material(rank: int) -> None:
     from ccddp.crypto.keys import ENV_SECRET, ENV_SECRET_FILE
     from ccddp.errors import ConfigError
 
-    one_line_errors()
     raise ConfigError(f"rank {os.environ.get('RANK', rank)}: no key material for the ccddp backend: start the script "
                       f"with `ccddp launch` in place of torchrun (one node: it makes a group secret), or set "
                       f"{ENV_SECRET} (64 hex digits, the same on every rank) or {ENV_SECRET_FILE} on every rank")

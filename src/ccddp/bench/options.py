@@ -156,7 +156,7 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                         "with a 95 %% interval, and unless --budget or --precision is given, measuring goes on "
                         "until every CC-on/CC-off ratio's interval is within "
                         f"±{round(COMPARE_DEFAULTS['precision'] * 100)} %% or {COMPARE_DEFAULTS['budget']:g} s "
-                        "have been measured")
+                        "have been measured; a --steps given measures exactly that many (no adaptive stop)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="pick the number of measured iterations that fits this many seconds, timed "
                         "from the warm-up (default: exactly --steps)")

@@ -53,12 +53,18 @@ class SubCommands(argparse._SubParsersAction):
 
 
 class Parser(argparse.ArgumentParser):
-    """Every ccddp (sub)parser: defaults shown, sub-commands described."""
+    """Every ccddp (sub)parser: defaults shown, sub-commands described, a usage error in
+    one line."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", SubCommands)
+
+    def error(self, message: str):
+        """``ccddp: error: MESSAGE (PROG --help)`` and exit 2, as every other refusal of a
+        ccddp command reads; argparse's own prints the whole usage block first."""
+        self.exit(2, f"ccddp: error: {message} (see {self.prog} --help)\n")
 
 
 def commands() -> dict[str, str]:

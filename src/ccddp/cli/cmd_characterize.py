@@ -17,7 +17,7 @@ DESCRIPTION = (
     "world size take turns iteration by iteration in one launch, so every CC-on/CC-off ratio is "
     "paired and comes with a 95 % interval. Writes OUT/results.json (every iteration), figures "
     "and OUT/report.md; re-running on the same OUT resumes. --quick (3 workloads at 2 and 3 "
-    "ranks) takes about 10 minutes on a quiet 2-core machine; the full study takes hours.")
+    "ranks) takes about 6 minutes on a quiet 2-core machine; the full study takes hours.")
 
 
 def register(sub) -> None:

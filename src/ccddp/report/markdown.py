@@ -217,10 +217,15 @@ def _shapes(res: Results) -> list[str]:
             ])
     if not rows:
         return []
-    return (["## Shapes used per workload", "",
-             "Architectures are full size (so gradient bytes and bucket counts are the "
-             "paper's); batch, input size and, where memory forces it, the parameter dtype "
-             "are reduced to fit this machine.", ""]
+    full = ("architectures are full size (so gradient bytes and bucket counts are the paper's); batch, "
+            "input size and, where memory forces it, the parameter dtype are reduced to fit this machine.")
+    if any(row[1] == "tiny" for row in rows):
+        # A quick or test run: its models are not the paper's, and the report must not say so.
+        text = ("Size `tiny` is a reduced architecture (a quick look: its gradient bytes and bucket counts "
+                "are not the paper's); at size `default` " + full)
+    else:
+        text = full[0].upper() + full[1:]
+    return (["## Shapes used per workload", "", text, ""]
             + _table(["workload", "size", "batch per rank", "input", "param dtype",
                       "dtype reduced", "parameters"], rows, "llrllll"))
 
