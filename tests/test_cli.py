@@ -182,7 +182,7 @@ def test_characterize_prints_one_line_records_off_a_terminal():
     (["train", "--workload", "graphsage", "--size", "small"], "argument --size: invalid choice: 'small'"),
     (["trian"], "argument COMMAND: invalid choice: 'trian'"),
     (["tune", "--workload", "gpt2-xl", "--gpus", "2,4"], "argument --gpus: invalid int value: '2,4'"),
-    (["bench", "collectives", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["bench", "collectives", "--no-such-flag"], "unrecognized arguments: --no-such-flag (see ccddp bench --help)"),
     ([], "the following arguments are required: COMMAND"),
 ])
 def test_a_usage_error_is_one_line_naming_the_help_to_read(argv, says, capsys):

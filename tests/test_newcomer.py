@@ -513,3 +513,17 @@ def test_launch_of_a_script_that_is_not_there_is_one_line_before_any_rank(tmp_pa
     assert done.returncode == 2, done.stderr[-2000:]
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and "'missing.py' does not exist" in lines[0], lines
+
+
+def test_launch_of_a_module_that_is_not_there_is_one_line_before_any_rank(tmp_path, monkeypatch, ccddp_here):
+    """The same for ``-m``: a module on no path the ranks import from is one line (was a
+    traceback per rank); one in the directory the launch runs from is found."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CCDDP_GROUP_SECRET", raising=False)
+    code, err = ccddp_here("launch", "--nproc-per-node", "2", "-m", "no_such_module_here.train")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("ccddp: error: no module named 'no_such_module_here' for -m no_such_module_here.train"), err
+    from ccddp.cli.cmd_launch import check_script, torchrun_argv
+
+    (tmp_path / "here_mod.py").write_text("")
+    check_script(torchrun_argv(["--nproc-per-node", "2", "-m", "here_mod"], {}))

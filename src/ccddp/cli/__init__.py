@@ -61,10 +61,15 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", SubCommands)
 
+    #: The sub-command the top-level parser was built for (argparse reports an unknown
+    #: option of a sub-command from the top level).
+    command: str | None = None
+
     def error(self, message: str):
         """``ccddp: error: MESSAGE (PROG --help)`` and exit 2, as every other refusal of a
         ccddp command reads; argparse's own prints the whole usage block first."""
-        self.exit(2, f"ccddp: error: {message} (see {self.prog} --help)\n")
+        prog = f"{self.prog} {self.command}" if self.command and message.startswith("unrecognized") else self.prog
+        self.exit(2, f"ccddp: error: {message} (see {prog} --help)\n")
 
 
 def commands() -> dict[str, str]:
@@ -87,6 +92,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     registered in full; the others, when their module has a ``SUMMARY``, only by name."""
     chosen = command_word(sys.argv[1:] if argv is None else argv)
     parser = Parser(prog="ccddp", description=DESCRIPTION)
+    parser.command = chosen if chosen in commands() else None
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name, module_name in commands().items():
         module = importlib.import_module(module_name)

@@ -338,10 +338,21 @@ def torchrun_argv(argv: list[str], environ: Mapping[str, str] | None = None) -> 
 
 def check_script(final: list[str]) -> None:
     """A script that is not there is one line now, not a failure of every rank after
-    torchrun has started them (a ``-m`` module is found by the ranks' own import)."""
+    torchrun has started them; so is a ``-m`` module whose top-level package is on none of
+    the paths the ranks import from (this directory, then this Python's path: its
+    submodules are left to the ranks' own import, which would run the package's code)."""
     rest = list(_parse(final).training_script_args)
     if rest and rest[0] != "-m" and not os.path.isfile(rest[0]):
         raise ConfigError(f"the script {rest[0]!r} does not exist (from {os.getcwd()})")
+    if len(rest) > 1 and rest[0] == "-m":
+        import importlib.machinery
+        import importlib.util
+
+        top = rest[1].split(".")[0]
+        found = importlib.util.find_spec(top) if top in sys.builtin_module_names else \
+            importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]])
+        if found is None:
+            raise ConfigError(f"no module named {top!r} for -m {rest[1]} (from {os.getcwd()} and this Python's path)")
 
 
 def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
