@@ -1,4 +1,4 @@
-"""Imports point down only (DESIGN.md §2, §11), read from the source: every ``import`` of
+"""Imports point down only (README.md, "Architecture"), read from the source: every ``import`` of
 every module, those inside functions too, since a function-level import is an import
 all the same (it only runs later). The CLI's own check, on what a fresh interpreter
 really loads, is in ``test_cli.py``.

@@ -8,7 +8,7 @@ are the same op.
 
 Example::
 
-    register_device_backends(pg)          # ProcessGroupCCDDP.__init__ does this
+    register_device_backends(pg, ops)     # ProcessGroupCCDDP.__init__ does this (its op names)
     pg._get_backend(torch.device("cpu")).allreduce([t])    # pg.allreduce([t])
 """
 

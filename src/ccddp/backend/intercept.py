@@ -12,9 +12,11 @@ The group secret is taken out of the environment before the script runs, so noth
 script starts inherits it. Nothing else changes: the script is run as ``python SCRIPT
 ARGS`` (or ``python -m MODULE ARGS``) would run it.
 
-Example (what ``ccddp launch --nproc-per-node 2 train.py --epochs 1`` asks torchrun for)::
+Example (what ``ccddp launch --nproc-per-node 2 train.py --epochs 1`` asks torchrun for:
+torchrun's own ``main``, started as ``python -m ccddp.bench.agent``, on the static rendezvous)::
 
-    torchrun --nproc-per-node 2 -m ccddp.backend.intercept train.py --epochs 1
+    torchrun --nproc-per-node 2 --master-addr 127.0.0.1 --master-port PORT \
+        -m ccddp.backend.intercept train.py --epochs 1
 """
 
 from __future__ import annotations

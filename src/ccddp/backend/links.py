@@ -146,9 +146,8 @@ def choose_device_wire(setting: str, reports: list[bytes]) -> str:
     run it on a GPU of its own (NCCL refuses two ranks on one device); asked for where that
     does not hold, it is a ConfigError that says which ranks share or lack one.
 
-    The reports cross the host unauthenticated: a host that lies can only move sealed
-    frames from one wire to the other, or make the ranks disagree, which fails at the
-    first collective's descriptor check.
+    The group gathers the reports sealed (``ProcessGroupCCDDP`` passes ``gather_sealed``
+    as ``exchange``): every rank decides on the same, authentic reports.
     """
     if setting == "gloo" or len(reports) < 2:
         return "gloo"

@@ -4,7 +4,7 @@ proved they share it.
 Why not gloo: a gloo connection goes to the address its peer published in the group's
 store, and the store is the host's. Binding the local listener to 127.0.0.1 does not bind
 the peer: a host that rewrites the published address relays the "loopback" link through a
-machine of its own (DESIGN.md §12). So a link that carries plaintext is made here, by hand
+machine of its own (docs/security.md §1, "Trust domains"). So a link that carries plaintext is made here, by hand
 (neither torch.distributed nor gloo has a transport confined to one machine):
 
 - **Where it goes cannot be reported.** Each rank listens on an AF_UNIX socket in Linux's

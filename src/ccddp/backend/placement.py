@@ -14,8 +14,7 @@ Two placements (``CommSettings.placement``), the same frames either way:
 fixed ~0.2 ms of host work); above that it takes the faster one by a calibrated profile's
 measured rates (``CCDDP_PROFILE``: the TOML that ``ccddp calibrate --device cuda --out PATH``
 writes), and without them the device engine when Triton is installed. Ops that ccddp runs on host memory only
-(all-to-all, gather, scatter, point-to-point messages, the list forms of all-gather and
-reduce-scatter) are always staged.
+(all-to-all, gather, scatter, point-to-point messages) are always staged.
 
 Ordering, c10d's contract for device tensors (the op sees what the caller's stream wrote
 before the call; after waiting on the work, the caller sees the result):

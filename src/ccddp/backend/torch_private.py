@@ -8,7 +8,7 @@ such name is listed once, in :data:`NEEDS`, with the parameters or attributes cc
 :func:`require` before it builds a group, so a torch release that renamed, removed or
 re-routed one of them makes ccddp refuse to create a group (a :class:`ConfigError`
 naming the torch version and the name) instead of running with a hook that no longer
-catches anything. ``tests/test_torch_private.py`` asserts every entry on the torch it
+catches anything. ``tests/test_torch_compat.py`` asserts every entry on the torch it
 runs on.
 
 The same goes for the torch release itself: :func:`require` refuses a torch outside

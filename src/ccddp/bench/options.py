@@ -116,7 +116,8 @@ def add_device_options(p: argparse.ArgumentParser) -> None:
                         "GPU r %% GPUs; several ranks may share one GPU)")
     p.add_argument("--placement", default="auto", choices=PLACEMENTS,
                    help="with --device cuda, where CC-on seals a CUDA tensor's frames: device (in device "
-                        "memory, by the Triton engine; the ciphertext goes through host memory), staged "
+                        "memory, by the Triton engine; the ciphertext goes on NCCL where every rank has a GPU of "
+                        "its own, else through host memory), staged "
                         "(copied to pinned host memory and sealed there by OpenSSL), or auto (ccddp "
                         "chooses)")
 

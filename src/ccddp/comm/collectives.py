@@ -1,7 +1,7 @@
 """The engine's collectives: ``run_all_reduce``, ``run_reduce_scatter``, ``run_all_gather``,
 ``run_broadcast`` (and the in-place reduce-scatter the trust-domain hierarchy uses).
 
-Invariant: they take checked input -- a flat, contiguous CPU tensor, a reduction defined for
+Invariant: they take checked input -- a flat, contiguous CPU or CUDA tensor, a reduction defined for
 its dtype, sizes that fit the group -- which the ccddp backend makes sure of once, before it
 queues the op; nothing here checks it again. The settings of the
 :class:`~ccddp.comm.endpoint.Endpoint` they run on pick the schedule: ``ring`` (unsealed

@@ -8,7 +8,7 @@ chunk received at step ``s-1``: segments flow from one step to the next, across 
 
 Example::
 
-    steps = ring_plan(rank=0, n=4, phase="all_reduce")
+    steps = ring_plan(rank=0, n=4, numel=1 << 20, phase="all_reduce")
     [(s.send_chunk, s.recv_chunk, s.action) for s in steps]
 """
 

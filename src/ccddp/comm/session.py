@@ -8,7 +8,9 @@ size, member ranks) and its settings, so no two runs share a session id and ever
 derived from it is bound to that context. Before any key is used the group confirms under
 the key material that every rank holds the same secret and saw the same setup; ranks that
 disagree on world size, settings or key material, or a host that altered the setup, fail
-every rank with a :class:`ConfigError` that says what differs. Where the keys come from
+every rank with an error that says what differs (a :class:`ConfigError` on the pre-shared
+and plaintext paths, an :class:`EstablishmentError` or :class:`AttestationError` from the
+key exchange). Where the keys come from
 is the ``key_source``:
 
 - a :class:`~ccddp.crypto.keys.GroupSecret` (pre-shared): the three-round agreement of

@@ -16,7 +16,8 @@ Invariants:
   its key's id, before its frame is sealed or opened;
 - an open that fails raises a typed error (:class:`~ccddp.errors.IntegrityError`;
   :class:`~ccddp.errors.FrameFormatError` for a frame of the wrong length) and releases no
-  unverified plaintext: ``out`` is zeros then. The channel is closed after it: ``failure``
+  unverified plaintext: ``out`` is zeros after a tag that failed, untouched after a length
+  refused before decryption. The channel is closed after it: ``failure``
   says why, and every later take raises;
 - the channel does not choose an AES-GCM implementation, and keeps no keystream: which
   engine runs a buffer (OpenSSL for host memory, Triton for device tensors or for every
