@@ -329,3 +329,61 @@ def test_the_gpu_reports_that_choose_the_device_wire_are_exchanged_sealed(monkey
     res = run_ranks(_wire_choice, 2, made, timeout=120)
     want = [b"nccl report of rank 0", b"nccl report of rank 1"]
     assert res == [(True, want, "gloo")] * 2, res
+
+
+def _edge_cases(rank, n):
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+    from ccddp.errors import ConfigError
+
+    pg = dist.new_group(backend="ccddp", timeout=__import__("datetime").timedelta(seconds=20))
+    out = {}
+    # Signed zeros: every rank ends with the same bytes (IEEE max(-0, +0) = +0, min = -0).
+    for name, op in (("max", dist.ReduceOp.MAX), ("min", dist.ReduceOp.MIN)):
+        x = torch.tensor([-0.0 if rank == 0 else 0.0, 0.0 if rank == 0 else -0.0, 1.5 * rank])
+        dist.all_reduce(x, op=op, group=pg)
+        out[name] = torch.signbit(x).tolist()
+    # Arguments refused before the op is queued leave the group usable, as gloo's do.
+    refused = []
+
+    def rooted(options, root):
+        o = options()
+        o.rootRank = root
+        return o
+
+    # The group's own methods for the rooted ops (torch checks a subgroup's root first).
+    for bad in (lambda: dist.all_to_all([torch.empty(2)] * (n + 1), [torch.ones(2)] * (n + 1), group=pg),
+                lambda: pg.reduce([torch.ones(2)], rooted(dist.ReduceOptions, n + 3)),
+                lambda: pg.gather([[torch.empty(2)] * n], [torch.ones(2)], rooted(dist.GatherOptions, n + 1)),
+                lambda: pg.scatter([torch.empty(2)], [], rooted(dist.ScatterOptions, n + 1)),
+                lambda: dist.send(torch.ones(2), (rank + 1) % n, group=pg, tag=-1)):
+        try:
+            bad()
+            refused.append("accepted")
+        except ConfigError as e:
+            refused.append(str(e).split(":")[0])
+    out["refused"] = refused
+    # A parameter (a leaf that requires grad, channels-last: not contiguous) is broadcast
+    # and written as gloo writes it.
+    torch.manual_seed(rank)
+    conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    for p in conv.parameters():
+        dist.broadcast(p, 0, group=pg)
+    out["params"] = float(sum(p.detach().double().sum() for p in conv.parameters()))
+    x = torch.ones(3)
+    dist.all_reduce(x, group=pg)
+    out["after"] = x.tolist()
+    return out
+
+
+def test_signed_zeros_bad_arguments_and_parameters_behave_as_on_gloo():
+    res = run_ranks(_edge_cases, 2, timeout=120)
+    a, b = res
+    assert a["max"] == b["max"] == [False, False, False], res
+    assert a["min"] == b["min"] == [True, True, False], res
+    assert a["refused"] == b["refused"] == ["all_to_all outputs", "reduce", "gather", "scatter", "send"], res
+    assert a["params"] == b["params"] and a["after"] == b["after"] == [2.0, 2.0, 2.0], res

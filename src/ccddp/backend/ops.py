@@ -81,11 +81,14 @@ class Op:
     write_back: Callable[[object, Call], None] = write_back
 
     def run(self, pg, calls: list[Call]) -> None:
-        """The queued job: each call's engine entry point, then its write-back."""
+        """The queued job: each call's engine entry point, then its write-back -- outside
+        autograd, as gloo writes (a collective on a parameter, a leaf that requires grad,
+        writes its data, whichever thread runs the job)."""
         engine, write_back = self.engine, self.write_back
-        for call in calls:
-            engine(pg, call)
-            write_back(pg, call)
+        with torch.no_grad():
+            for call in calls:
+                engine(pg, call)
+                write_back(pg, call)
 
 
 def method(op: Op):
@@ -209,17 +212,29 @@ def _check_all_reduce_coalesced(pg, tensors, opts=None):
     return tensors, (), [Call(list(tensors), reduction=red)]
 
 
+def _root(pg, opts, what: str) -> int:
+    """The op's root rank, checked here, before the op is queued: an argument the engine
+    refused inside the op would fail the group's op queue for every later op."""
+    root = root_of(opts)
+    if not 0 <= root < pg.size():
+        raise ConfigError(f"{what}: root {root} is not a rank of a group of {pg.size()}")
+    return root
+
+
+def _count(tensors, n: int, what: str) -> list:
+    if len(tensors) != n:
+        raise ConfigError(f"{what}: need one tensor per rank, {n}, got {len(tensors)}")
+    return tensors
+
+
 def _check_reduce(pg, tensors, opts=None):
     t = one(tensors, "reduce")
-    return tensors, (), [Call([t], reduction=reduction(opts, t.dtype, "reduce"), root=root_of(opts))]
+    return tensors, (), [Call([t], reduction=reduction(opts, t.dtype, "reduce"), root=_root(pg, opts, "reduce"))]
 
 
 def _check_broadcast(pg, tensors, opts=None):
     t = one(tensors, "broadcast")
-    root = root_of(opts)
-    if not 0 <= root < pg.size():
-        raise ConfigError(f"broadcast: root {root} is not a rank of a group of {pg.size()}")
-    return tensors, (), [Call([t], root=root)]
+    return tensors, (), [Call([t], root=_root(pg, opts, "broadcast"))]
 
 
 def _gather_call(pg, outs: list[torch.Tensor], inp: torch.Tensor, what: str) -> Call:
@@ -307,27 +322,28 @@ def _check_all_to_all_single(pg, output, input, output_split_sizes, input_split_
 
 
 def _check_all_to_all(pg, output_tensors, input_tensors, opts=None):
-    outs = [check(o, "all_to_all") for o in output_tensors]
-    return output_tensors, input_tensors, [Call(outs, [check(x, "all_to_all") for x in input_tensors])]
+    outs = [check(o, "all_to_all") for o in _count(output_tensors, pg.size(), "all_to_all outputs")]
+    ins = [check(x, "all_to_all") for x in _count(input_tensors, pg.size(), "all_to_all inputs")]
+    return output_tensors, input_tensors, [Call(outs, ins)]
 
 
 def _check_gather(pg, output_lists, input_tensors, opts=None):
     inp = one(input_tensors, "gather")
-    root, outs = root_of(opts), []
+    root, outs = _root(pg, opts, "gather"), []
     if pg.rank() == root:
         if len(output_lists) != 1:
             raise ConfigError("gather: the destination rank needs one output list")
-        outs = [check(o, "gather") for o in output_lists[0]]
+        outs = [check(o, "gather") for o in _count(output_lists[0], pg.size(), "gather outputs")]
     return output_lists, input_tensors, [Call(outs, [inp], root=root)]
 
 
 def _check_scatter(pg, output_tensors, input_lists, opts=None):
     out = one(output_tensors, "scatter")
-    root, ins = root_of(opts), []
+    root, ins = _root(pg, opts, "scatter"), []
     if pg.rank() == root:
         if len(input_lists) != 1:
             raise ConfigError("scatter: the source rank needs one input list")
-        ins = [check(x, "scatter") for x in input_lists[0]]
+        ins = [check(x, "scatter") for x in _count(input_lists[0], pg.size(), "scatter inputs")]
     return output_tensors, input_lists, [Call([out], ins, root=root)]
 
 

@@ -21,7 +21,7 @@ import torch
 from ccddp.backend.calls import one
 from ccddp.backend.work import PeerWork
 from ccddp.comm.transport import gloo_timeout
-from ccddp.errors import PeerTimeoutError
+from ccddp.errors import ConfigError, PeerTimeoutError
 
 # The point-to-point tag of monitored_barrier's sealed reports: a stream (key, counter) of
 # its own, above any tag torch's tools use.
@@ -33,8 +33,16 @@ def _devices(t: torch.Tensor) -> list[torch.device] | None:
     return [t.device] if t.device.type == "cuda" else None
 
 
+def _tag(tag: int, what: str) -> int:
+    """gloo's rule, said as gloo says it (not as a failed wait later)."""
+    if tag < 0:
+        raise ConfigError(f"{what}: Tag must be nonnegative, got {tag}")
+    return tag
+
+
 def send(pg, tensors, dst_rank, tag=0):
     t = one(tensors, "send")
+    tag = _tag(tag, "send")
     # .cpu(): a copy that waits for the caller's stream to have written t.
     host = t.cpu() if t.device.type == "cuda" else t
     return PeerWork(pg.peer_links.isend(host.contiguous(), dst_rank, tag), tensors, "send", devices=_devices(t))
@@ -43,6 +51,7 @@ def send(pg, tensors, dst_rank, tag=0):
 def recv(pg, tensors, src_rank, tag=0):
     """c10d's ``recv`` (``src_rank`` None: ``recv_anysource``)."""
     t = one(tensors, "recv")
+    tag = _tag(tag, "recv")
     if t.device.type != "cuda":
         return PeerWork(pg.peer_links.irecv(t, src_rank, tag), tensors, "recv")
     host = torch.empty(t.shape, dtype=t.dtype)

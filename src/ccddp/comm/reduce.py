@@ -74,10 +74,18 @@ class Reduction(enum.IntEnum):
                 torch.logical_and(region, incoming, out=dest)
             else:
                 torch.mul(region, incoming, out=dest)
-        elif self == Reduction.MIN:
-            torch.minimum(region, incoming, out=dest)
-        elif self == Reduction.MAX:
-            torch.maximum(region, incoming, out=dest)
+        elif self in (Reduction.MIN, Reduction.MAX):
+            if region.dtype.is_floating_point:
+                # torch returns either operand for equal zeros, so two ranks combining in
+                # opposite orders (the two-rank exchange) would keep different signs: the
+                # signs of IEEE 754-2019's max/min instead (max(-0, +0) = +0, min = -0), the
+                # same bits whichever operand comes first.
+                both_zero = (region == 0) & (incoming == 0)
+                zero = region + incoming if self == Reduction.MAX else -((-region) + (-incoming))
+                (torch.minimum if self == Reduction.MIN else torch.maximum)(region, incoming, out=dest)
+                torch.where(both_zero, zero, dest, out=dest)
+            else:
+                (torch.minimum if self == Reduction.MIN else torch.maximum)(region, incoming, out=dest)
         elif self == Reduction.BAND:
             torch.bitwise_and(region, incoming, out=dest)
         elif self == Reduction.BOR:
