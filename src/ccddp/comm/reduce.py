@@ -75,6 +75,7 @@ class Reduction(enum.IntEnum):
             else:
                 torch.mul(region, incoming, out=dest)
         elif self in (Reduction.MIN, Reduction.MAX):
+            pick = torch.minimum if self == Reduction.MIN else torch.maximum
             if region.dtype.is_floating_point:
                 # torch returns either operand for equal zeros, so two ranks combining in
                 # opposite orders (the two-rank exchange) would keep different signs: the
@@ -82,10 +83,10 @@ class Reduction(enum.IntEnum):
                 # same bits whichever operand comes first.
                 both_zero = (region == 0) & (incoming == 0)
                 zero = region + incoming if self == Reduction.MAX else -((-region) + (-incoming))
-                (torch.minimum if self == Reduction.MIN else torch.maximum)(region, incoming, out=dest)
+                pick(region, incoming, out=dest)
                 torch.where(both_zero, zero, dest, out=dest)
             else:
-                (torch.minimum if self == Reduction.MIN else torch.maximum)(region, incoming, out=dest)
+                pick(region, incoming, out=dest)
         elif self == Reduction.BAND:
             torch.bitwise_and(region, incoming, out=dest)
         elif self == Reduction.BOR:
