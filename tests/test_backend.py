@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dist_util import RankFailure
+from dist_util import run_ranks as run_process_ranks
 from thread_ranks import run_thread_ranks as run_ranks
 
 SECRET = "6f1d8a27c3e94b05d2a7f68e1c93b4d70e5a2f8c61b9d3e47a0c5f2e8d16b93a"
@@ -387,3 +388,135 @@ def test_signed_zeros_bad_arguments_and_parameters_behave_as_on_gloo():
     assert a["min"] == b["min"] == [True, True, False], res
     assert a["refused"] == b["refused"] == ["all_to_all outputs", "reduce", "gather", "scatter", "send"], res
     assert a["params"] == b["params"] and a["after"] == b["after"] == [2.0, 2.0, 2.0], res
+
+
+def _completions(rank, n):
+    """What each op's work completes with (``work.result()`` and its future's value), on a
+    gloo group and on a ccddp group, as nested lists of tensor shapes."""
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+
+    def shapes(v):
+        if isinstance(v, torch.Tensor):
+            return list(v.shape)
+        return [shapes(x) for x in v] if isinstance(v, list) else type(v).__name__
+
+    out = {}
+    for backend in ("gloo", "ccddp"):
+        pg = dist.new_group(backend=backend, timeout=datetime.timedelta(seconds=20))
+
+        def per_rank():
+            return [torch.ones(2) for _ in range(n)]
+
+        ops = {
+            "all_reduce": lambda: dist.all_reduce(torch.ones(2), group=pg, async_op=True),
+            "broadcast": lambda: dist.broadcast(torch.ones(2), 0, group=pg, async_op=True),
+            "all_gather": lambda: dist.all_gather(per_rank(), torch.ones(2), group=pg, async_op=True),
+            "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(torch.ones(2 * n), torch.ones(2), group=pg,
+                                                                          async_op=True),
+            "all_to_all": lambda: dist.all_to_all(per_rank(), per_rank(), group=pg, async_op=True),
+            "all_to_all_single": lambda: dist.all_to_all_single(torch.ones(2 * n), torch.ones(2 * n), group=pg,
+                                                                async_op=True),
+            "gather": lambda: dist.gather(torch.ones(2), per_rank() if rank == 0 else None, 0, group=pg,
+                                          async_op=True),
+            "scatter": lambda: dist.scatter(torch.ones(2), per_rank() if rank == 0 else None, 0, group=pg,
+                                            async_op=True),
+            "reduce": lambda: dist.reduce(torch.ones(2), 0, group=pg, async_op=True),
+            "barrier": lambda: dist.barrier(group=pg, async_op=True),
+        }
+        for name, start in ops.items():
+            work = start()
+            work.wait()
+            out[backend, name] = (shapes(work.result()), shapes(work.get_future().wait()))
+    return out
+
+
+def test_a_works_result_and_future_hold_what_gloos_hold():
+    """all_gather's and gather's work completed with a list of one list (the c10d argument),
+    where gloo's and NCCL's complete with the output list itself."""
+    for rank, seen in enumerate(run_ranks(_completions, 2, timeout=120)):
+        for (backend, name), value in seen.items():
+            if backend != "gloo":
+                continue
+            if name == "all_gather_into_tensor":
+                # gloo's value is its own implementation's chunk views; ccddp's is NCCL's.
+                assert value == ([[2], [2]], [[2], [2]]) and seen["ccddp", name] == ([[4]], [[4]]), seen
+            else:
+                assert seen["ccddp", name] == value, (rank, name, value, seen["ccddp", name])
+        assert seen["ccddp", "all_gather"] == ([[2], [2]], [[2], [2]])
+        assert seen["ccddp", "gather"] == (([[2], [2]], [[2], [2]]) if rank == 0 else ([], []))
+
+
+def _all_to_all_sizes(rank, n):
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+    from ccddp.errors import ConfigError
+
+    pg = dist.new_group(backend="ccddp", timeout=datetime.timedelta(seconds=20))
+    seen = []
+    # Uneven but agreed splits: rank 0 sends 1 element to rank 1, rank 1 sends 3 to rank 0.
+    out = torch.zeros(4 if rank == 0 else 2)
+    dist.all_to_all_single(out, torch.arange(2.0 + 2 * rank) + 10 * rank, [1, 3] if rank == 0 else [1, 1],
+                           [1, 1] if rank == 0 else [3, 1], group=pg)
+    seen.append(out.tolist())
+    # Splits the ranks disagree on in one direction only: rank 1 expects 2 elements of rank
+    # 0's 1 (gloo aborts the process on the longer message it would meet).
+    try:
+        dist.all_to_all_single(torch.zeros(2 if rank == 0 else 3), torch.ones(2), [1, 1] if rank == 0 else [2, 1],
+                               [1, 1], group=pg)
+        seen.append("accepted")
+    except ConfigError as e:
+        seen.append(str(e))
+    return seen
+
+
+def test_all_to_all_sizes_the_ranks_disagree_on_are_a_config_error_on_both():
+    """Per-pair sizes that differ between sender and receiver aborted the receiving process
+    (gloo's reaction to a longer message than its receive): each pair's descriptor now holds
+    both directions' counts, so both ranks raise a ConfigError that names them."""
+    res = run_process_ranks(_all_to_all_sizes, 2, timeout=90)
+    assert res[0][0] == [0.0, 10.0, 11.0, 12.0] and res[1][0] == [1.0, 13.0], res
+    said = "collective #2, all_to_all of float32: the ranks' sizes differ: rank 0 sends rank 1 1 elements, " \
+           "rank 1 expects 2"
+    assert res[0][1] == res[1][1] == said, res
+
+
+def _any_source_reverse(rank, n):
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+
+    got = {}
+    for backend in ("gloo", "ccddp"):
+        pg = dist.new_group(backend=backend)
+        if rank == 0:
+            for v in (1.0, 2.0, 3.0):
+                dist.send(torch.full((2,), v), 1, group=pg, tag=5)
+        else:
+            bufs = [torch.zeros(2) for _ in range(3)]
+            works = [pg.recv_anysource([b], 5) for b in bufs]
+            works[2].wait(), works[0].wait(), works[1].wait()
+            got[backend] = [b.tolist() for b in bufs]
+        dist.barrier(group=pg)
+    return got
+
+
+def test_receives_from_any_rank_waited_out_of_order_get_their_messages_as_on_gloo():
+    """Three receives from any rank, waited last first: each took its sender's counter when
+    waited, so the last one opened the first message under the second one's nonce and failed
+    its tag; gloo completes them in posting order, and so do their counters now."""
+    got = run_ranks(_any_source_reverse, 2, timeout=120)[1]
+    assert got["ccddp"] == got["gloo"] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]], got

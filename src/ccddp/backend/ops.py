@@ -255,7 +255,9 @@ def _check_all_gather(pg, output_tensors, input_tensors, opts=None):
     inp = one(input_tensors, "all_gather")
     if len(output_tensors) != 1:
         raise ConfigError("all_gather: the ccddp backend takes one output list per call")
-    return output_tensors, input_tensors, [_gather_call(pg, output_tensors[0], inp, "all_gather")]
+    # The work completes with the output list itself, as gloo's and NCCL's do (c10d's
+    # futures carry a list of one list as that list).
+    return output_tensors[0], input_tensors, [_gather_call(pg, output_tensors[0], inp, "all_gather")]
 
 
 def _check_all_gather_coalesced(pg, output_lists, input_list, opts=None):
@@ -334,7 +336,8 @@ def _check_gather(pg, output_lists, input_tensors, opts=None):
         if len(output_lists) != 1:
             raise ConfigError("gather: the destination rank needs one output list")
         outs = [check(o, "gather") for o in _count(output_lists[0], pg.size(), "gather outputs")]
-    return output_lists, input_tensors, [Call(outs, [inp], root=root)]
+    # As for all_gather: the root's work completes with its output list itself.
+    return output_lists[0] if output_lists else [], input_tensors, [Call(outs, [inp], root=root)]
 
 
 def _check_scatter(pg, output_tensors, input_lists, opts=None):

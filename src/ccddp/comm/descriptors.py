@@ -85,7 +85,8 @@ def explain(blob: bytes) -> str:
         red = Reduction(reduction).name
     except ValueError:
         red = str(reduction)
-    return f"{op_name} of {numel} {name} elements (root {root}, {red}) over {wire_name(blob)}"
+    count = f"{numel >> 32} and {numel & 0xFFFFFFFF}" if op == int(Op.ALL_TO_ALL) else str(numel)
+    return f"{op_name} of {count} {name} elements (root {root}, {red}) over {wire_name(blob)}"
 
 
 def wire_name(blob: bytes) -> str:
@@ -109,9 +110,15 @@ class Descriptors:
     data frames still fail their AAD check (or gloo stops on the size); none is accepted.
     """
 
-    def __init__(self, g: Endpoint, seq: int, mine: bytes, send_to: list[int], recv_from: list[int]) -> None:
+    def __init__(self, g: Endpoint, seq: int, mine: bytes, send_to: list[int], recv_from: list[int],
+                 per_peer: dict[int, bytes] | None = None) -> None:
+        # per_peer[p]: the descriptor of the link pair with p where a collective's links
+        # differ (all_to_all's per-pair sizes, :func:`pair_sizes`): sent to p, expected from
+        # p, and the tag of the data both ways between the two.
         self.g, self.seq, self.mine, self.recv_from = g, seq, mine, recv_from
+        self.per_peer = per_peer or {}
         self.tag = data_tag(g, seq, mine)
+        self.tags = {p: data_tag(g, seq, blob) for p, blob in self.per_peer.items()}
         tr = g.transport
         # Room for a peer's folded message too: see the module's invariants.
         self.frames = {p: torch.empty(TAG0_CAPACITY, dtype=torch.uint8) for p in recv_from}
@@ -122,23 +129,29 @@ class Descriptors:
             probe.stamp("descriptor: irecv post")
         self.sends = []
         for p in send_to:
-            frame = torch.empty(len(mine) + TAG_BYTES, dtype=torch.uint8)
-            aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, g.rank, p, len(mine), "").pack()
-            g.channels.tx(p).seal(mine, frame.numpy(), aad)
+            ours = self.per_peer.get(p, mine)
+            frame = torch.empty(len(ours) + TAG_BYTES, dtype=torch.uint8)
+            aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, g.rank, p, len(ours), "").pack()
+            g.channels.tx(p).seal(ours, frame.numpy(), aad)
             g.counters.add_message(sealed=True, control=True)
             if probe.ON:
                 probe.stamp("descriptor: seal")
             self.sends.append((tr.isend(frame, p), p))
         self.done = False
 
+    def tag_with(self, p: int) -> int:
+        """The tag of this collective's data to and from rank ``p``."""
+        return self.tags.get(p, self.tag)
+
     def verify(self) -> None:
         """Wait for the neighbours' descriptors and compare (once; later calls return)."""
         if self.done:
             return
         self.done = True
-        g, seq, mine, tr = self.g, self.seq, self.mine, self.g.transport
+        g, seq, tr = self.g, self.seq, self.g.transport
         mismatch = None
         for p in self.recv_from:
+            mine = self.per_peer.get(p, self.mine)
             tr.wait(self.works[p], p, FrameLabel(f"{p}->{g.rank}", f"descriptor#{seq}", 0))
             theirs = bytearray(len(mine))
             aad = FrameContext(g.session_id, seq, Op.DESCRIPTOR, Phase.NONE, 0, 0, p, g.rank, len(mine), "").pack()
@@ -164,6 +177,8 @@ def differs(g: Endpoint, seq: int, p: int, theirs: bytes, mine: bytes) -> Config
     """The error that says how rank ``p``'s descriptor ``theirs`` differs from ours."""
     if theirs[-16:] != mine[-16:]:
         return ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
+    if only_numel_differs(theirs, mine) and DESC.unpack(mine)[0] == int(Op.ALL_TO_ALL):
+        return pair_sizes_differ(seq, p, g.rank, DESC.unpack(theirs)[2], mine)
     if only_wire_differs(theirs, mine) and FOLDED in (DESC.unpack(theirs)[5], DESC.unpack(mine)[5]):
         return ConfigError(
             f"collective #{seq}: rank {p} sends its data over {wire_name(theirs)}, rank {g.rank} over "
@@ -176,6 +191,37 @@ def differs(g: Endpoint, seq: int, p: int, theirs: bytes, mine: bytes) -> Config
             "placement for CUDA tensors (CommSettings.placement)")
     return ConfigError(f"collective #{seq} differs between ranks: rank {p} called "
                        f"{explain(theirs)}, rank {g.rank} called {explain(mine)}")
+
+
+def pair_sizes(r: int, p: int, to_p: int, from_p: int) -> int:
+    """The element counts rank ``r`` sends rank ``p`` and expects back, in one descriptor
+    field both ranks compute alike: the lower rank's count in the high 32 bits. A count is
+    below 2^32 (one message is at most ``MAX_FRAME_BYTES``), so the two ranks' fields are
+    equal exactly when each direction's sender and receiver agree."""
+    low_to_high, high_to_low = (to_p, from_p) if r < p else (from_p, to_p)
+    return low_to_high << 32 | high_to_low
+
+
+def pair_sizes_differ(seq: int, p: int, r: int, theirs: int, blob: bytes) -> ConfigError:
+    """The error for rank ``r`` (descriptor ``blob``) and rank ``p`` (count field ``theirs``)
+    whose all_to_all sizes between them differ."""
+    mine, dtype = DESC.unpack(blob)[2], one_line(DESC.unpack(blob)[3].rstrip(b"\0").decode(errors="replace"))
+    low, high = min(p, r), max(p, r)
+    said = []
+    for shift, src, dst in ((32, low, high), (0, high, low)):
+        t, m = theirs >> shift & 0xFFFFFFFF, mine >> shift & 0xFFFFFFFF
+        if t != m:
+            sender, receiver = (t, m) if src == p else (m, t)
+            said.append(f"rank {src} sends rank {dst} {sender} elements, rank {dst} expects {receiver}")
+    return ConfigError(f"collective #{seq}, all_to_all of {dtype}: the ranks' sizes differ: " + "; ".join(said))
+
+
+def only_numel_differs(a: bytes, b: bytes) -> bool:
+    """Two descriptors of one collective whose element counts alone differ."""
+    if len(a) != DESC.size or len(b) != DESC.size:
+        return False
+    x, y = list(DESC.unpack(a)), list(DESC.unpack(b))
+    return x[2] != y[2] and x[:2] + x[3:] == y[:2] + y[3:]
 
 
 def only_wire_differs(a: bytes, b: bytes) -> bool:
@@ -211,13 +257,19 @@ class Unchecked:
     def verify(self) -> None:
         pass
 
+    def tag_with(self, p: int) -> int:
+        return 0
+
 
 def post_descriptors(g: Endpoint, seq: int, op: Op, numel: int, dtype: str, root: int,
               send_to: list[int], recv_from: list[int],
-              reduction: Reduction = Reduction.SUM, wire: int = 0) -> Descriptors | Unchecked:
+              reduction: Reduction = Reduction.SUM, wire: int = 0,
+              per_peer_numel: dict[int, int] | None = None) -> Descriptors | Unchecked:
     """Post the descriptor exchange, if these settings run with one (``wire``: the index
-    in :data:`WIRES` of the wire the data takes)."""
+    in :data:`WIRES` of the wire the data takes; ``per_peer_numel[p]``: the element count
+    of the link pair with ``p`` where it differs per pair, :func:`pair_sizes`)."""
     s = g.settings
     if not (s.secure and s.check_descriptors):
         return Unchecked()
-    return Descriptors(g, seq, describe(g, op, numel, dtype, root, reduction, wire), send_to, recv_from)
+    per_peer = {p: describe(g, op, n, dtype, root, reduction, wire) for p, n in (per_peer_numel or {}).items()}
+    return Descriptors(g, seq, describe(g, op, numel, dtype, root, reduction, wire), send_to, recv_from, per_peer)

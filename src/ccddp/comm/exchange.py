@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ccddp.comm.descriptors import post_descriptors
+from ccddp.comm.descriptors import pair_sizes, post_descriptors
 from ccddp.comm.endpoint import Endpoint
 from ccddp.comm.pipeline import dtype_name
 from ccddp.crypto.aad import FrameContext, Op, Phase
@@ -49,7 +49,12 @@ def _pairwise(g: Endpoint, op: Op, sends: dict[int, torch.Tensor], recvs: dict[i
     seq = g.next_seq()
     where = f"{where}#{seq}"
     peers = sorted(set(sends) | set(recvs))
-    desc = post_descriptors(g, seq, op, numel, dtype, root, peers, peers)
+    # all_to_all's sizes may differ per pair: each pair's descriptor (and so the tag of its
+    # data) holds both directions' counts, so a pair whose ranks disagree never puts a frame
+    # of another size before gloo (which aborts the process on a longer message) and both
+    # ranks raise a ConfigError naming the sizes.
+    pair = {p: pair_sizes(g.rank, p, sends[p].numel(), recvs[p].numel()) for p in peers} if op is Op.ALL_TO_ALL else None
+    desc = post_descriptors(g, seq, op, numel, dtype, root, peers, peers, per_peer_numel=pair)
     tr = g.transport
 
     def aad(src: int, dst: int, nbytes: int) -> bytes:
@@ -59,14 +64,14 @@ def _pairwise(g: Endpoint, op: Op, sends: dict[int, torch.Tensor], recvs: dict[i
     for p in sorted(recvs):
         out = _bytes(recvs[p])
         frame = torch.empty(out.numel() + TAG_BYTES, dtype=torch.uint8)
-        incoming.append((p, out, frame, tr.irecv(frame, p, desc.tag)))
+        incoming.append((p, out, frame, tr.irecv(frame, p, desc.tag_with(p))))
     outgoing = []
     for p in sorted(sends):
         plain = _bytes(sends[p])
         frame = torch.empty(plain.numel() + TAG_BYTES, dtype=torch.uint8)
         g.channels.tx(p).seal(plain.numpy(), frame.numpy(), aad(g.rank, p, plain.numel()))
         g.counters.add_message(sealed=True)
-        outgoing.append((tr.isend(frame, p, desc.tag), p))
+        outgoing.append((tr.isend(frame, p, desc.tag_with(p)), p))
     if incoming:
         desc.verify()
     for p, out, frame, work in incoming:

@@ -9,10 +9,13 @@ send, the receiver when it posts a receive from a named source -- so a replayed,
 reordered or dropped message fails its tag, as in the collectives.
 
 A receive from any source learns its sender only when the message has arrived, so it
-takes the next counter of that sender's stream then. A program that mixes receives from
-any source with receives from a named source on the same tag, while both are pending,
-can see a genuine message rejected (the sender's stream order is then not the posting
-order); nothing unauthenticated is ever accepted.
+takes the next counter of that sender's stream then -- in posting order among the
+receives from any source on its tag, whatever order they are waited in: gloo hands a
+tag's messages to its receives from any source first posted, first served, so when one
+completes every one posted before it on that tag has, and takes its counter first. A
+program that mixes receives from any source with receives from a named source on the same
+tag, while both are pending, can see a genuine message rejected (the sender's stream order
+is then not the posting order); nothing unauthenticated is ever accepted.
 
 The messages travel on a transport of their own (not the collectives' links), so a
 user's tags never meet the collectives' descriptor and data tags, and are counted on
@@ -78,6 +81,7 @@ class PendingRecv:
         self._links, self._work, self._frame, self._out = links, work, frame, out
         self._dtype, self.tag = dtype, tag
         self.peer = src
+        self._arrived, self._arrival = False, threading.Lock()
         # From a named source the counter is taken now, in posting order.
         self._open = links._open_job(src, tag, frame, out, dtype) if src is not None else None
 
@@ -86,18 +90,30 @@ class PendingRecv:
 
     def wait(self, timeout: timedelta | None = None) -> int:
         """Wait, verify and write the received tensor; returns the sender's rank."""
-        src = "any" if self.peer is None else str(self.peer)
-        self._links._wait(self._work, -1 if self.peer is None else self.peer,
-                          FrameLabel(f"{src}->{self._links.group.rank}", f"recv tag {self.tag}"), timeout)
+        self._arrive(timeout)
         if self._open is None:
-            src = self._work.source_rank()
-            if not (0 <= src < self._links.group.world_size) or src == self._links.group.rank:
-                raise PeerTimeoutError(f"a receive from any rank reported sender {src}")
-            self.peer = src
-            self._open = self._links._open_job(src, self.tag, self._frame, self._out, self._dtype)
+            self._links._take_anysource_counters(self)
         self._open()
         self._links.counters.add_message(sealed=False)
         return self.peer
+
+    def _arrive(self, timeout: timedelta | None) -> None:
+        """Wait for the message, once: a second wait on gloo's receive waits for another."""
+        with self._arrival:
+            if not self._arrived:
+                src = "any" if self.peer is None else str(self.peer)
+                self._links._wait(self._work, -1 if self.peer is None else self.peer,
+                                  FrameLabel(f"{src}->{self._links.group.rank}", f"recv tag {self.tag}"), timeout)
+                self._arrived = True
+
+    def _take_counter(self) -> None:
+        """A completed receive from any rank: its sender's next counter (posting order:
+        :meth:`SealedPeerLinks._take_anysource_counters`)."""
+        src = self._work.source_rank()
+        if not (0 <= src < self._links.group.world_size) or src == self._links.group.rank:
+            raise PeerTimeoutError(f"a receive from any rank reported sender {src}")
+        self.peer = src
+        self._open = self._links._open_job(src, self.tag, self._frame, self._out, self._dtype)
 
 
 class SealedPeerLinks:
@@ -112,6 +128,9 @@ class SealedPeerLinks:
         self._tx: dict[tuple[int, int], LinkChannel] = {}
         self._rx: dict[tuple[int, int], LinkChannel] = {}
         self._lock = threading.Lock()
+        # Per tag, the receives from any rank not yet given a counter, in posting order.
+        self._anysource: dict[int, list[PendingRecv]] = {}
+        self._anysource_lock = threading.Lock()
 
     def _channel(self, table: dict, src: int, dst: int, tag: int) -> LinkChannel:
         key = (dst if table is self._tx else src, tag)
@@ -168,10 +187,32 @@ class SealedPeerLinks:
         out = _plain(tensor, "recv")
         frame = torch.empty(out.numel() + TAG_BYTES, dtype=torch.uint8)
         if src is None:
-            try:
-                work = self.transport.pg.recv_anysource([frame], tag)
-            except RuntimeError as e:
-                raise self.transport.peer_failed(e, "cannot receive from any rank") from None
-        else:
-            work = self.transport.irecv(frame, src, tag)
+            with self._anysource_lock:
+                try:
+                    work = self.transport.pg.recv_anysource([frame], tag)
+                except RuntimeError as e:
+                    raise self.transport.peer_failed(e, "cannot receive from any rank") from None
+                pending = PendingRecv(self, work, frame, out, dtype_name(tensor), src, tag)
+                self._anysource.setdefault(tag, []).append(pending)
+            return pending
+        work = self.transport.irecv(frame, src, tag)
         return PendingRecv(self, work, frame, out, dtype_name(tensor), src, tag)
+
+    def _take_anysource_counters(self, done: PendingRecv) -> None:
+        """Give ``done`` (a completed receive from any rank) and every receive from any
+        rank posted before it on its tag their senders' counters, in posting order: gloo
+        completes them in that order, so the earlier ones have their messages already
+        (their waits are then immediate)."""
+        with self._anysource_lock:
+            if done._open is not None:       # given one already, by a later receive's wait
+                return
+            # Every receive from any rank without a counter is in its tag's queue, posted
+            # order; counters are given here only, under this lock.
+            queue = self._anysource[done.tag]
+            while True:
+                first = queue[0]
+                first._arrive(None)
+                first._take_counter()
+                queue.pop(0)                 # after: a wait that failed leaves the order as it was
+                if first is done:
+                    return
