@@ -181,9 +181,11 @@ def test_launch_with_a_policy_fails_closed_on_a_machine_without_evidence(tmp_pat
     p = subprocess.run([sys.executable, "-m", "ccddp.cli", "launch", "--attestation-policy", str(POLICY),
                         "--attestation-certs", str(CERTS), "--nproc-per-node", "2", example, "--steps", "1"],
                        env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode != 0, p.stdout[-2000:]
+    assert p.returncode == 1, p.stdout[-2000:]
     assert "not a confidential VM" in p.stderr, p.stderr[-3000:]
     assert "params checksum" not in p.stdout
+    # torchrun's report of the failed ranks, without the launcher's own Python stack.
+    assert "Root Cause (first observed failure)" in p.stderr and "Traceback" not in p.stderr, p.stderr[-3000:]
 
 
 def test_the_environment_never_selects_the_test_chain(tmp_path):

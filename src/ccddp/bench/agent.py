@@ -7,8 +7,10 @@ That teardown is the last thing a launch waits for, after the ranks have finishe
 ~1 s of wall and of CPU (BENCHMARKS.md, "Test suite time: ranks and torchrun end without the
 interpreter's teardown").
 Everything else is torchrun's: its options, its rendezvous, how it starts, watches, stops and
-reports the ranks; a failed rank still ends it the way it ends ``torchrun`` (its
-``ChildFailedError`` report, status 1).
+reports the ranks; a failed rank still ends it with torchrun's ``ChildFailedError`` report
+(which rank failed first, its exit code or signal) and status 1 -- the report alone, without
+the Python stack of torchrun's own frames above it, which says nothing about the failure
+(the ranks print their own errors).
 
 Example (what :func:`ccddp.bench.launch.torchrun` runs)::
 
@@ -17,13 +19,20 @@ Example (what :func:`ccddp.bench.launch.torchrun` runs)::
 
 from __future__ import annotations
 
+import sys
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torchrun_main
 
 from ccddp.bench.worker import leave
 
 
 def main() -> None:
-    torchrun_main()
+    try:
+        torchrun_main()
+    except ChildFailedError as e:
+        print(f"{type(e).__module__}.{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     leave()
 
 
