@@ -520,3 +520,64 @@ def test_receives_from_any_rank_waited_out_of_order_get_their_messages_as_on_glo
     its tag; gloo completes them in posting order, and so do their counters now."""
     got = run_ranks(_any_source_reverse, 2, timeout=120)[1]
     assert got["ccddp"] == got["gloo"] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]], got
+
+
+def _shorter_and_retyped_messages(rank, n):
+    """Point-to-point messages into a larger receive and into another dtype, on gloo and on
+    ccddp; then, on sealed links under a host that flips a bit of a message's length,
+    what the receiver gets."""
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+    from ccddp.comm import CommSettings, SecureGroup
+    from ccddp.comm.p2p import SealedPeerLinks
+    from ccddp.crypto.keys import GroupSecret
+    from ccddp.testing.adversary import AdversarialTransport, Rule
+
+    got = {}
+    for backend in ("gloo", "ccddp"):
+        pg = dist.new_group(backend=backend, timeout=datetime.timedelta(seconds=20))
+        if rank == 0:
+            dist.send(torch.arange(4.0), 1, group=pg, tag=3)
+            dist.send(torch.tensor([1.5, -2.0]), 1, group=pg, tag=4)
+        else:
+            room = torch.full((8,), 7.0)
+            dist.recv(room, 0, group=pg, tag=3)
+            bits = torch.zeros(2, dtype=torch.int32)
+            dist.recv(bits, 0, group=pg, tag=4)
+            got[backend] = (room.tolist(), bits.tolist())
+        dist.barrier(group=pg)
+    tr = AdversarialTransport(dist.new_group(backend="gloo"), 10)
+    links = SealedPeerLinks(SecureGroup(CommSettings(timeout_s=10), GroupSecret(bytes.fromhex(SECRET)),
+                                        transport=tr), tr)
+    # The length is the frame's first 8 bytes, big-endian: bit 56 is its lowest (16 -> 17
+    # bytes, within the receive), bit 0 its highest byte's (beyond any receive).
+    for tag, bit in ((5, 56), (6, 0)):
+        tr.arm([Rule("flip", src=0, dst=1, nth=0, bit=bit)])
+        if rank == 0:
+            links.isend(torch.arange(4.0), 1, tag).wait()
+        else:
+            room = torch.full((8,), 7.0)
+            try:
+                links.irecv(room, 0, tag).wait()
+                got[bit] = "accepted"
+            except Exception as e:          # the typed error is the result
+                got[bit] = (type(e).__name__, room.tolist())
+        dist.barrier()
+    return got
+
+
+def test_a_shorter_message_fills_the_first_bytes_of_a_receive_as_on_gloo():
+    """A message shorter than its receive failed authentication (the frame's length is the
+    receive's) and closed that stream; another dtype of the same size was refused too. A
+    message now starts with its length, bound by the AAD: a host that changes it gets the
+    message refused, typed, with none of its bytes released."""
+    got = run_ranks(_shorter_and_retyped_messages, 2, timeout=120)[1]
+    retyped = torch.tensor([1.5, -2.0]).view(torch.int32).tolist()
+    assert got["ccddp"] == got["gloo"] == ([0.0, 1.0, 2.0, 3.0, 7.0, 7.0, 7.0, 7.0], retyped), got
+    assert got[56] == ("IntegrityError", [0.0] * 4 + [7.0] * 4), got
+    assert got[0] == ("FrameFormatError", [7.0] * 8), got

@@ -293,3 +293,25 @@ def test_host_seal_and_open_are_seal_and_open():
     tx2.seal_host(data, frame, _aad())
     with pytest.raises(FrameFormatError):
         rx2.open_host(frame[:-1], np.zeros(64, np.uint8), _aad())
+
+
+def test_a_message_of_a_length_known_on_arrival_opens_into_the_first_bytes():
+    """``open_prefix_job`` takes its nonce when posted (in program order, before its message
+    arrives) and opens a message of at most the receive's length into its first bytes; a
+    length beyond the receive is refused typed, and the channel closes."""
+    tx, rx = _pair()
+    room = np.full(64 + TAG_BYTES, 0xAA, np.uint8)
+    out = np.full(64, 7, np.uint8)
+    first = rx.open_prefix_job(room, out)
+    assert rx.counter == 1
+    data = os.urandom(10)
+    tx.seal(data, room[:10 + TAG_BYTES], _aad(nbytes=10))
+    first(10, _aad(nbytes=10))
+    assert bytes(out[:10]) == data and (out[10:] == 7).all()
+    second = rx.open_prefix_job(np.zeros(64 + TAG_BYTES, np.uint8), np.zeros(64, np.uint8))
+    with pytest.raises(FrameFormatError, match="expected 80"):
+        second(65, _aad(nbytes=65))
+    with pytest.raises(IntegrityError, match="closed"):
+        rx.open_prefix_job(np.zeros(16 + TAG_BYTES, np.uint8), np.zeros(16, np.uint8))
+    with pytest.raises(FrameFormatError, match="frame buffer"):
+        tx.open_prefix_job(np.zeros(10, np.uint8), np.zeros(64, np.uint8))

@@ -54,9 +54,19 @@ def recv(pg, tensors, src_rank, tag=0):
     tag = _tag(tag, "recv")
     if t.device.type != "cuda":
         return PeerWork(pg.peer_links.irecv(t, src_rank, tag), tensors, "recv")
-    host = torch.empty(t.shape, dtype=t.dtype)
+    # A shorter message fills the first bytes and leaves the rest of ``t`` as it was (gloo's
+    # rule): the host copy of a tensor that cannot take a byte prefix starts as ``t``.
+    prefix = t.is_contiguous()
+    host = torch.empty(t.shape, dtype=t.dtype) if prefix else t.cpu().contiguous()
     pending = pg.peer_links.irecv(host, src_rank, tag)
-    return PeerWork(pending, tensors, "recv", devices=_devices(t), then=lambda: t.copy_(host))
+
+    def land() -> None:
+        if prefix and pending.nbytes < host.numel() * host.element_size():
+            t.view(-1).view(torch.uint8)[:pending.nbytes].copy_(host.view(-1).view(torch.uint8)[:pending.nbytes])
+        else:
+            t.copy_(host)
+
+    return PeerWork(pending, tensors, "recv", devices=_devices(t), then=land)
 
 
 def recv_anysource(pg, tensors, tag=0):

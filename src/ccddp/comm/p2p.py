@@ -8,6 +8,12 @@ and counter. Both ends take counters in program order -- the sender when it post
 send, the receiver when it posts a receive from a named source -- so a replayed,
 reordered or dropped message fails its tag, as in the collectives.
 
+A message is ``length || ciphertext || tag``: ``length`` (8 bytes, big-endian) is the
+plaintext's byte count, bound by the AAD, so a receive larger than the message takes it
+into its first bytes and leaves the rest as it was, as gloo does (gloo's limit stays: a
+message longer than the receive ends the process). The bytes are the tensor's, as on
+gloo's wire: a receive of another dtype reads them as its own.
+
 A receive from any source learns its sender only when the message has arrived, so it
 takes the next counter of that sender's stream then -- in posting order among the
 receives from any source on its tag, whatever order they are waited in: gloo hands a
@@ -34,19 +40,23 @@ Example::
 
 from __future__ import annotations
 
+import struct
 import threading
 from datetime import timedelta
 
 import torch
 
 from ccddp.comm.endpoint import Endpoint
-from ccddp.comm.pipeline import dtype_name
 from ccddp.comm.transport import Transport, gloo_timeout
 from ccddp.crypto.aad import FrameContext, Op, Phase
 from ccddp.crypto.channel import MAX_FRAME_BYTES, TAG_BYTES, LinkChannel, link_id
 from ccddp.crypto.counters import CryptoCounters
 from ccddp.crypto.keys import derive_purpose_key
 from ccddp.errors import ConfigError, FrameLabel, PeerTimeoutError
+
+
+#: A message's first bytes: its plaintext's byte count.
+LENGTH = struct.Struct(">Q")
 
 
 def _plain(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -76,14 +86,16 @@ class PendingSend:
 class PendingRecv:
     """A posted sealed receive; :meth:`wait` verifies the message and writes the tensor."""
 
-    def __init__(self, links: "SealedPeerLinks", work, frame: torch.Tensor, out: torch.Tensor, dtype: str,
+    def __init__(self, links: "SealedPeerLinks", work, frame: torch.Tensor, out: torch.Tensor,
                  src: int | None, tag: int) -> None:
         self._links, self._work, self._frame, self._out = links, work, frame, out
-        self._dtype, self.tag = dtype, tag
+        self.tag = tag
         self.peer = src
+        #: The bytes the message held (at most the receive's), once it has been verified.
+        self.nbytes: int | None = None
         self._arrived, self._arrival = False, threading.Lock()
         # From a named source the counter is taken now, in posting order.
-        self._open = links._open_job(src, tag, frame, out, dtype) if src is not None else None
+        self._open = links._open_job(src, tag, frame, out) if src is not None else None
 
     def is_completed(self) -> bool:
         return self._work.is_completed()
@@ -93,7 +105,9 @@ class PendingRecv:
         self._arrive(timeout)
         if self._open is None:
             self._links._take_anysource_counters(self)
-        self._open()
+        n = LENGTH.unpack_from(self._frame.numpy())[0]
+        self._open(n, self._links._aad(self.peer, self._links.group.rank, self.tag, n))
+        self.nbytes = n
         self._links.counters.add_message(sealed=False)
         return self.peer
 
@@ -113,7 +127,7 @@ class PendingRecv:
         if not (0 <= src < self._links.group.world_size) or src == self._links.group.rank:
             raise PeerTimeoutError(f"a receive from any rank reported sender {src}")
         self.peer = src
-        self._open = self._links._open_job(src, self.tag, self._frame, self._out, self._dtype)
+        self._open = self._links._open_job(src, self.tag, self._frame, self._out)
 
 
 class SealedPeerLinks:
@@ -139,14 +153,16 @@ class SealedPeerLinks:
             if ch is None:
                 g = self.group
                 secret = derive_purpose_key(g.secret, g.session_id, f"p2p/{src}->{dst}/tag/{tag}")
-                ch = LinkChannel(secret, link_id(src, dst), f"{src}->{dst} tag {tag}",
-                                 counters=self.counters, recorder=g.recorder, **g.settings.channel_options())
+                # No device pads: a message is host memory, its length known on arrival.
+                ch = LinkChannel(secret, link_id(src, dst), f"{src}->{dst} tag {tag}", counters=self.counters,
+                                 recorder=g.recorder, **{**g.settings.channel_options(), "pad_budget": 0})
                 table[key] = ch
             return ch
 
-    def _aad(self, src: int, dst: int, tag: int, nbytes: int, dtype: str) -> bytes:
+    def _aad(self, src: int, dst: int, tag: int, nbytes: int) -> bytes:
+        # No dtype: the bytes are the tensor's, read by the receive as its own (gloo's wire).
         return FrameContext(self.group.session_id, tag & ((1 << 64) - 1), Op.SEND_RECV, Phase.NONE, 0, 0,
-                            src, dst, nbytes, dtype).pack()
+                            src, dst, nbytes, "").pack()
 
     def _wait(self, work, peer: int, label: FrameLabel, timeout: timedelta | None) -> None:
         """The transport's bounded wait, or one bounded by the caller's ``timeout``."""
@@ -164,19 +180,21 @@ class SealedPeerLinks:
         if not 0 <= peer < n or peer == self.group.rank:
             raise ConfigError(f"{what}: rank {peer} is not another rank of this group of {n}")
 
-    def _open_job(self, src: int, tag: int, frame: torch.Tensor, out: torch.Tensor, dtype: str):
+    def _open_job(self, src: int, tag: int, frame: torch.Tensor, out: torch.Tensor):
+        """Take the next counter of ``src``'s stream on ``tag`` for the message ``frame``
+        will hold: a job ``(n, aad)`` that opens its ``n`` bytes into ``out``."""
         ch = self._channel(self._rx, src, self.group.rank, tag)
-        return ch.open_job(frame.numpy(), out.numpy(), self._aad(src, self.group.rank, tag, out.numel(), dtype),
-                           collective=f"recv tag {tag}", step=0)
+        return ch.open_prefix_job(frame.numpy()[LENGTH.size:], out.numpy(), collective=f"recv tag {tag}", step=0)
 
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> PendingSend:
         """Seal ``tensor`` for ``dst`` now and post it."""
         self._check_peer(dst, "send")
         plain = _plain(tensor, "send")
-        frame = torch.empty(plain.numel() + TAG_BYTES, dtype=torch.uint8)
-        dtype = dtype_name(tensor)
+        n = plain.numel()
+        frame = torch.empty(LENGTH.size + n + TAG_BYTES, dtype=torch.uint8)
+        LENGTH.pack_into(frame.numpy(), 0, n)
         ch = self._channel(self._tx, self.group.rank, dst, tag)
-        ch.seal(plain.numpy(), frame.numpy(), self._aad(self.group.rank, dst, tag, plain.numel(), dtype))
+        ch.seal(plain.numpy(), frame.numpy()[LENGTH.size:], self._aad(self.group.rank, dst, tag, n))
         self.counters.add_message(sealed=True)
         return PendingSend(self, self.transport.isend(frame, dst, tag), frame, dst, tag)
 
@@ -185,18 +203,18 @@ class SealedPeerLinks:
         if src is not None:
             self._check_peer(src, "recv")
         out = _plain(tensor, "recv")
-        frame = torch.empty(out.numel() + TAG_BYTES, dtype=torch.uint8)
+        frame = torch.empty(LENGTH.size + out.numel() + TAG_BYTES, dtype=torch.uint8)
         if src is None:
             with self._anysource_lock:
                 try:
                     work = self.transport.pg.recv_anysource([frame], tag)
                 except RuntimeError as e:
                     raise self.transport.peer_failed(e, "cannot receive from any rank") from None
-                pending = PendingRecv(self, work, frame, out, dtype_name(tensor), src, tag)
+                pending = PendingRecv(self, work, frame, out, src, tag)
                 self._anysource.setdefault(tag, []).append(pending)
             return pending
         work = self.transport.irecv(frame, src, tag)
-        return PendingRecv(self, work, frame, out, dtype_name(tensor), src, tag)
+        return PendingRecv(self, work, frame, out, src, tag)
 
     def _take_anysource_counters(self, done: PendingRecv) -> None:
         """Give ``done`` (a completed receive from any rank) and every receive from any

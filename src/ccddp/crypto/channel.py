@@ -235,6 +235,39 @@ class LinkChannel:
 
         return job
 
+    def open_prefix_job(self, frame, out, *, collective: str = "?", step: int | None = None
+                        ) -> Callable[[int, bytes], None]:
+        """As :meth:`open_job`, for a message of at most ``len(out)`` bytes whose length is
+        known only once it has arrived (a point-to-point message: gloo takes a shorter
+        message into a longer receive). Take the next expected nonce now; return a job
+        ``(n, aad)`` that verifies ``frame[:n + TAG_BYTES]`` and writes ``out[:n]``, or
+        zeroes that and raises :class:`IntegrityError` (:class:`FrameFormatError` if ``n``
+        exceeds ``len(out)``). A channel with device pads refuses it: a pad is made for one
+        frame length."""
+        if self._pads.budget:
+            raise FrameFormatError("a frame of a length known on arrival needs a channel without device pads",
+                                   link=self.name)
+        device = aead_engines.device_of(self.aead_engine, frame, out, link=self.name)
+        room = len(out)
+        if len(frame) != room + TAG_BYTES:
+            raise FrameFormatError(f"frame buffer is {len(frame)} bytes, expected {room + TAG_BYTES}", link=self.name)
+        ticket = self._take(device, room)
+        counters = self.counters
+
+        def job(n: int, aad: bytes) -> None:
+            if not 0 <= n <= room:
+                raise self._refuse_size(n + TAG_BYTES, room, collective, step, None)
+            plain = out[:n]
+            t0 = time.perf_counter()
+            try:
+                self._run(ticket, device, aead_engines.open_into, frame[:n + TAG_BYTES], aad, plain)
+            except InvalidTag:
+                aead_engines.wipe(plain, device, n)
+                raise self._refuse_tag(collective, step, None) from None
+            counters.add_frame(False, n, time.perf_counter() - t0)
+
+        return job
+
     # -- refusals: the channel closes, the caller gets a typed error --------------------
     def _refuse_size(self, got: int, n: int, collective: str, step, segment) -> FrameFormatError:
         self.failure = "truncated or padded frame"
