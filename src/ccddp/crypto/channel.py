@@ -252,21 +252,24 @@ class LinkChannel:
         if len(frame) != room + TAG_BYTES:
             raise FrameFormatError(f"frame buffer is {len(frame)} bytes, expected {room + TAG_BYTES}", link=self.name)
         ticket = self._take(device, room)
-        counters = self.counters
 
         def job(n: int, aad: bytes) -> None:
             if not 0 <= n <= room:
                 raise self._refuse_size(n + TAG_BYTES, room, collective, step, None)
-            plain = out[:n]
-            t0 = time.perf_counter()
-            try:
-                self._run(ticket, device, aead_engines.open_into, frame[:n + TAG_BYTES], aad, plain)
-            except InvalidTag:
-                aead_engines.wipe(plain, device, n)
-                raise self._refuse_tag(collective, step, None) from None
-            counters.add_frame(False, n, time.perf_counter() - t0)
+            self._open_with(ticket, device, frame[:n + TAG_BYTES], aad, out[:n], collective, step, None)
 
         return job
+
+    def _open_with(self, ticket: _Ticket, device, frame, aad: bytes, out, collective: str, step, segment) -> None:
+        """Verify ``frame`` under ``ticket`` and write ``out``, or zero ``out`` and raise."""
+        n = len(out)
+        t0 = time.perf_counter()
+        try:
+            self._run(ticket, device, aead_engines.open_into, frame, aad, out)
+        except InvalidTag:
+            aead_engines.wipe(out, device, n)
+            raise self._refuse_tag(collective, step, segment) from None
+        self.counters.add_frame(False, n, time.perf_counter() - t0)
 
     # -- refusals: the channel closes, the caller gets a typed error --------------------
     def _refuse_size(self, got: int, n: int, collective: str, step, segment) -> FrameFormatError:
@@ -288,18 +291,11 @@ class LinkChannel:
         device = aead_engines.device_of(self.aead_engine, frame, out, link=self.name)
         n = len(out)
         ticket = self._take(device, n)
-        counters = self.counters
 
         def job() -> None:
             if len(frame) != n + TAG_BYTES:
                 raise self._refuse_size(len(frame), n, collective, step, segment)
-            t0 = time.perf_counter()
-            try:
-                self._run(ticket, device, aead_engines.open_into, frame, aad, out)
-            except InvalidTag:
-                aead_engines.wipe(out, device, n)
-                raise self._refuse_tag(collective, step, segment) from None
-            counters.add_frame(False, n, time.perf_counter() - t0)
+            self._open_with(ticket, device, frame, aad, out, collective, step, segment)
             if device is not None:
                 self._top_up(n, device)
 
