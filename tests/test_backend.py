@@ -581,3 +581,35 @@ def test_a_shorter_message_fills_the_first_bytes_of_a_receive_as_on_gloo():
     assert got["ccddp"] == got["gloo"] == ([0.0, 1.0, 2.0, 3.0, 7.0, 7.0, 7.0, 7.0], retyped), got
     assert got[56] == ("IntegrityError", [0.0] * 4 + [7.0] * 4), got
     assert got[0] == ("FrameFormatError", [7.0] * 8), got
+
+
+def _made_again(rank, n):
+    """The default group destroyed and made again, twice, on one store (as torch's env://
+    store outlives destroy_process_group in a process), a ccddp subgroup each time."""
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CCDDP_GROUP_SECRET"] = SECRET
+    import ccddp.backend  # noqa: F401
+
+    store = dist.PrefixStore("made-again", dist.distributed_c10d._get_default_store())
+    sums = []
+    for _ in range(3):
+        dist.destroy_process_group()
+        dist.init_process_group("ccddp", rank=rank, world_size=n, store=store, timeout=datetime.timedelta(seconds=8))
+        x = torch.ones(2)
+        dist.all_reduce(x)
+        sub = dist.new_group(backend="ccddp")
+        dist.all_reduce(x, group=sub)
+        sums.append(x.tolist())
+    return sums
+
+
+def test_a_group_made_again_on_the_same_store_connects_afresh():
+    """The internal links rendezvoused under the same keys each time, so a group made again
+    on a store that outlived the last one (torch's env:// store does) read the addresses of
+    the previous group's links, still open, and timed out; each instance has keys of its own
+    now."""
+    assert run_ranks(_made_again, 2, timeout=120) == [[[4.0, 4.0]] * 3] * 2

@@ -18,7 +18,7 @@ and, inside a trust domain, local links the host cannot reach.
   own (:func:`~ccddp.comm.session.establish`): the domain's from a plaintext session, so
   it has no channels; the shard ring's keyed with the group's secret.
 
-Every gloo set rendezvouses under the elastic attempt's own keys in the group's store, and
+Every gloo set rendezvouses under keys of its group instance's own (:func:`group_store`), and
 its setup is bounded by the group's timeout, even where the host's addresses leave both
 ends of a connection waiting for the other (gloo itself has no limit there).
 
@@ -62,16 +62,23 @@ _GLOO_GIVES_UP = 6
 
 
 def _attempt() -> str:
-    """Which attempt of an elastic job this process belongs to ("0" outside torchelastic).
-
-    torchrun keeps its agent's store across the restarts of ``--max-restarts``, so keys a
-    failed attempt left there (its ranks' listening addresses) are still there for the
-    next one; each attempt's internal links rendezvous under keys of their own."""
+    """Which attempt of an elastic job this process belongs to ("0" outside torchelastic)."""
     return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 
 
-def _base(store) -> dist.PrefixStore:
-    return dist.PrefixStore(f"ccddp/attempt-{_attempt()}/", store)
+def group_store(store, rank: int) -> dist.PrefixStore:
+    """Where one ccddp group's internal sets rendezvous: keys of this elastic attempt and of
+    this group instance, never read by another.
+
+    Keys an earlier group left in a store (its ranks' listening addresses, still answered
+    while that group lives) would otherwise be read again: torchrun keeps its agent's store
+    across the restarts of ``--max-restarts``, and torch keeps an ``env://`` store across
+    ``destroy_process_group`` and ``init_process_group`` in one process (one server per
+    port), where the new default group has the old one's name. Each rank counts the
+    instances it made of a group under this store, so ranks that make the same groups
+    agree; a host that changes the count only stops the group from connecting."""
+    attempt = dist.PrefixStore(f"ccddp/attempt-{_attempt()}/", store)
+    return dist.PrefixStore(f"instance-{attempt.add(f'instances/rank-{rank}', 1)}/", attempt)
 
 
 def _connect(store, name: str, rank: int, size: int, timeout: timedelta) -> dist.ProcessGroup:
@@ -125,9 +132,8 @@ def _settle_abandoned() -> None:
 
 def internal_links(store, rank: int, size: int, timeout: timedelta) -> tuple[dist.ProcessGroup, ...]:
     """The group's three connection sets: collectives (one per link direction) and
-    point-to-point messages."""
-    base = _base(store)
-    return tuple(_connect(base, name, rank, size, timeout) for name in ("collectives", "collectives-down", "p2p"))
+    point-to-point messages (``store``: the group's, :func:`group_store`)."""
+    return tuple(_connect(store, name, rank, size, timeout) for name in ("collectives", "collectives-down", "p2p"))
 
 
 def gpu_report(device: torch.device) -> bytes:
@@ -177,7 +183,7 @@ def device_wire(store, rank: int, size: int, settings: CommSettings,
         return None
     if choose_device_wire(settings.device_wire, exchange(gpu_report(device))) != "nccl":
         return None
-    return NcclWire.open(dist.PrefixStore("nccl-wire/", _base(store)), rank, size, settings.timeout_s)
+    return NcclWire.open(dist.PrefixStore("nccl-wire/", store), rank, size, settings.timeout_s)
 
 
 def prove_domains(group: Endpoint, setting=None) -> tuple[DomainMap, LocalEndpoint | None]:
@@ -231,8 +237,8 @@ def domain_links(store, rank: int, domains: DomainMap, endpoint: LocalEndpoint, 
                  global_ranks: list[int], timeout: timedelta) -> DomainLinks:
     """This rank's links for the hierarchical all-reduce (collective over the group: every
     rank builds its domain's set, then the shard holders their ring's). ``endpoint``
-    holds the proven local links (:func:`prove_domains`)."""
-    base = _base(store)
+    holds the proven local links (:func:`prove_domains`); ``store``: the group's
+    (:func:`group_store`)."""
     d, local = domains.domain_of(rank), domains.local_index(rank)
     members = domains.members(rank)
     links = LocalLinkSet(endpoint, list(members))
@@ -245,7 +251,7 @@ def domain_links(store, rank: int, domains: DomainMap, endpoint: LocalEndpoint, 
     cross = None
     if len(domains.domains) > 1 and local < domains.shards:
         leaders = domains.leaders(local)
-        up, down = (_connect(base, f"shard-{local}-{name}", d, len(leaders), timeout) for name in ("up", "down"))
+        up, down = (_connect(store, f"shard-{local}-{name}", d, len(leaders), timeout) for name in ("up", "down"))
         # The group's secret (pre-shared, or the one the key exchange agreed): the shard
         # ring runs a session of its own, so its keys are its own.
         ring_wire = Transport(up, group.settings.timeout_s, downward=down)

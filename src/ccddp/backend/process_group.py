@@ -51,7 +51,7 @@ from ccddp.backend import ops
 from ccddp.backend.calls import device_of, flatten
 from ccddp.backend.device_backend import register_device_backends
 from ccddp.backend.eager import keep_eager
-from ccddp.backend.links import device_wire, domain_links, internal_links, prove_domains
+from ccddp.backend.links import device_wire, domain_links, group_store, internal_links, prove_domains
 from ccddp.backend.peers import monitored_barrier, recv, recv_anysource, send
 from ccddp.backend.placement import DeviceOrder, Placement, choose, rates_from_profile
 from ccddp.backend.queue import OpQueue
@@ -84,8 +84,8 @@ class ProcessGroupCCDDP(dist.ProcessGroup):
             ops.refuse_measurement_only(settings, SETTINGS_ENV)
         gloo_timeout = timedelta(seconds=max(settings.timeout_s, timeout.total_seconds()))
         ranks = global_ranks if global_ranks is not None else list(range(size))
-        coll, down, p2p = internal_links(store, rank, size, gloo_timeout)
-        self._internal = (coll, down, p2p)
+        store = group_store(store, rank)    # keys of this group instance's own
+        self._internal = coll, down, p2p = internal_links(store, rank, size, gloo_timeout)
         transport = Transport(coll, settings.timeout_s, downward=down)
         # The session (keys, a fresh session id), then the endpoint the engine runs on (links, channels).
         self.endpoint = Endpoint(establish(transport, settings, options.key_source(settings), ranks=ranks), transport)
