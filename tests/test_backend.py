@@ -469,6 +469,10 @@ def _all_to_all_sizes(rank, n):
     dist.all_to_all_single(out, torch.arange(2.0 + 2 * rank) + 10 * rank, [1, 3] if rank == 0 else [1, 1],
                            [1, 1] if rank == 0 else [3, 1], group=pg)
     seen.append(out.tolist())
+    # Empty, with rows that do not split evenly: every part is empty (gloo takes it too).
+    empty = torch.empty(3, 0)
+    dist.all_to_all_single(empty, torch.empty(3, 0), group=pg)
+    seen.append(list(empty.shape))
     # Splits the ranks disagree on in one direction only: rank 1 expects 2 elements of rank
     # 0's 1 (gloo aborts the process on the longer message it would meet).
     try:
@@ -486,9 +490,10 @@ def test_all_to_all_sizes_the_ranks_disagree_on_are_a_config_error_on_both():
     both directions' counts, so both ranks raise a ConfigError that names them."""
     res = run_process_ranks(_all_to_all_sizes, 2, timeout=90)
     assert res[0][0] == [0.0, 10.0, 11.0, 12.0] and res[1][0] == [1.0, 13.0], res
-    said = "collective #2, all_to_all of float32: the ranks' sizes differ: rank 0 sends rank 1 1 elements, " \
+    said = "collective #3, all_to_all of float32: the ranks' sizes differ: rank 0 sends rank 1 1 elements, " \
            "rank 1 expects 2"
-    assert res[0][1] == res[1][1] == said, res
+    assert res[0][1] == res[1][1] == [3, 0], res
+    assert res[0][2] == res[1][2] == said, res
 
 
 def _any_source_reverse(rank, n):

@@ -75,9 +75,10 @@ def split_rows(t: torch.Tensor, sizes: list[int], n: int, what: str) -> list[int
     """The rows of ``t`` (dim 0) each rank gets: ``sizes``, or equal parts if empty."""
     rows = t.shape[0] if t.dim() else 1
     if not sizes:
-        if rows % n:
+        # gloo's rule: an empty tensor splits whatever its rows (every part is empty).
+        if rows % n and t.numel():
             raise ConfigError(f"{what}: {rows} rows do not split evenly over {n} ranks; pass split sizes")
-        sizes = [rows // n] * n
+        sizes = [rows // n] * (n - 1) + [rows - rows // n * (n - 1)]
     if len(sizes) != n or sum(sizes) != rows:
         raise ConfigError(f"{what}: split sizes {list(sizes)} do not cover {rows} rows over {n} ranks")
     return sizes
