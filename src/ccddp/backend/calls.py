@@ -78,7 +78,8 @@ def split_rows(t: torch.Tensor, sizes: list[int], n: int, what: str) -> list[int
         # gloo's rule: an empty tensor splits whatever its rows (every part is empty).
         if rows % n and t.numel():
             raise ConfigError(f"{what}: {rows} rows do not split evenly over {n} ranks; pass split sizes")
-        sizes = [rows // n] * (n - 1) + [rows - rows // n * (n - 1)]
+        sizes = [rows // n] * n
+        sizes[-1] += rows % n          # an empty tensor's remainder rows (empty too)
     if len(sizes) != n or sum(sizes) != rows:
         raise ConfigError(f"{what}: split sizes {list(sizes)} do not cover {rows} rows over {n} ranks")
     return sizes

@@ -177,14 +177,14 @@ def differs(g: Endpoint, seq: int, p: int, theirs: bytes, mine: bytes) -> Config
     """The error that says how rank ``p``'s descriptor ``theirs`` differs from ours."""
     if theirs[-16:] != mine[-16:]:
         return ConfigError(f"rank {p} and rank {g.rank} use different collective settings")
-    if only_numel_differs(theirs, mine) and DESC.unpack(mine)[0] == int(Op.ALL_TO_ALL):
+    if only_differs_in(_NUMEL, theirs, mine) and DESC.unpack(mine)[0] == int(Op.ALL_TO_ALL):
         return pair_sizes_differ(seq, p, g.rank, DESC.unpack(theirs)[2], mine)
-    if only_wire_differs(theirs, mine) and FOLDED in (DESC.unpack(theirs)[5], DESC.unpack(mine)[5]):
+    if only_differs_in(_WIRE, theirs, mine) and FOLDED in (DESC.unpack(theirs)[_WIRE], DESC.unpack(mine)[_WIRE]):
         return ConfigError(
             f"collective #{seq}: rank {p} sends its data over {wire_name(theirs)}, rank {g.rank} over "
             f"{wire_name(mine)}: a two-rank op of at most {FOLDED_DATA_MAX >> 20} MiB in host memory goes in "
             "the descriptor's message, so both ranks need their tensors in host memory (or both on a device)")
-    if only_wire_differs(theirs, mine):
+    if only_differs_in(_WIRE, theirs, mine):
         return ConfigError(
             f"collective #{seq}: rank {p} sends its frames over {wire_name(theirs)}, rank "
             f"{g.rank} over {wire_name(mine)}: with the NCCL device wire, every rank needs the same "
@@ -216,20 +216,16 @@ def pair_sizes_differ(seq: int, p: int, r: int, theirs: int, blob: bytes) -> Con
     return ConfigError(f"collective #{seq}, all_to_all of {dtype}: the ranks' sizes differ: " + "; ".join(said))
 
 
-def only_numel_differs(a: bytes, b: bytes) -> bool:
-    """Two descriptors of one collective whose element counts alone differ."""
-    if len(a) != DESC.size or len(b) != DESC.size:
-        return False
-    x, y = list(DESC.unpack(a)), list(DESC.unpack(b))
-    return x[2] != y[2] and x[:2] + x[3:] == y[:2] + y[3:]
+# Fields of a descriptor (DESC's order) that one mismatch can be explained by alone.
+_NUMEL, _WIRE = 2, 5
 
 
-def only_wire_differs(a: bytes, b: bytes) -> bool:
-    """Two descriptors of one collective whose data takes different wires."""
+def only_differs_in(field: int, a: bytes, b: bytes) -> bool:
+    """Two (well-sized) descriptors of one collective that differ in ``field`` alone."""
     if len(a) != DESC.size or len(b) != DESC.size:
         return False
-    x, y = list(DESC.unpack(a)), list(DESC.unpack(b))
-    return x[5] != y[5] and x[:5] + x[6:] == y[:5] + y[6:]
+    x, y = DESC.unpack(a), DESC.unpack(b)
+    return x[field] != y[field] and x[:field] + x[field + 1:] == y[:field] + y[field + 1:]
 
 
 # Per group, HMAC-SHA256 under its tag key with the key schedule done once (each tag copies
