@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 
-from dist_util import CallerContext, rank_processes
+from dist_util import CallerContext, freeze_preloaded, rank_processes
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(TESTS), "src")
@@ -46,6 +46,7 @@ def free_port() -> int:
 
 
 def _entry(fn, rank, world_size, port, pg_timeout, out, args, caller, env):
+    freeze_preloaded()
     caller.adopt()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")

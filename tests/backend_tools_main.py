@@ -9,11 +9,16 @@ compares the results and searches the processes' socket writes for the markers.
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import sys
 from contextlib import nullcontext
 
+# A rank of ccddp's tests starts as ccddp's own ranks do (ccddp.startup): its imports without
+# the cycle collector, frozen in main. Not through ccddp.startup: ``import ccddp`` below must
+# come after torch's, as in a user's script (it registers the backend when torch is loaded).
+gc.disable()
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -223,6 +228,8 @@ CHECKS = {"ddp_options": check_ddp_options, "join": check_join, "zero": check_ze
 
 
 def main() -> None:
+    gc.freeze()
+    gc.enable()
     backend, out = sys.argv[1], sys.argv[2]
     names = sys.argv[3:] or list(CHECKS)
     dist.init_process_group(backend)

@@ -19,6 +19,9 @@ import argparse
 import json
 import os
 
+from ccddp.startup import pause_collector, resume_collector
+
+pause_collector(__name__)  # a rank of ccddp's tests starts as ccddp's own ranks do (ccddp.startup)
 import torch
 import torch.distributed as dist
 
@@ -165,6 +168,7 @@ def main() -> None:
         _late_copies()
     if args.ordered_wire:
         _emulate_ordered_wire(pg, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+    resume_collector()          # the imports are done
     m = args.numel
     checks: dict[str, bool] = {}
     everyone = [_inp(r, m, device, args.marker) for r in range(n)]

@@ -6,6 +6,7 @@ Rank functions must be importable (module level). An exception in a rank comes b
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -41,8 +42,18 @@ def child_env(extra: dict | None = None, *, first: tuple = ()) -> dict:
 #: busy cores, per rank, per case). ``torch._dynamo`` too: DDP imports it (~1.3 s a rank;
 #: the backend alone does not, :mod:`ccddp.backend.eager`). Third-party modules only:
 #: ccddp and the test modules are imported by each rank under the environment its test
-#: gives it.
+#: gives it. A fork server ignores a preload that fails to import:
+#: tests/test_rank_helpers.py checks that a rank starts with torch loaded.
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "numpy", "cryptography.hazmat.primitives.ciphers.aead"]
+
+
+def freeze_preloaded() -> None:
+    """First thing in a rank forked from the server: move what :data:`PRELOAD` made (~480,000
+    objects, alive as long as the rank) out of the cycle collector's reach, as
+    ``ccddp.startup`` does in the processes ccddp starts; else every full pass of the
+    collector in every rank walks them all again (BENCHMARKS.md, "Test suite time: the
+    cycle collector")."""
+    gc.freeze()
 
 
 def rank_processes():
@@ -94,6 +105,7 @@ def _free_port() -> int:
 
 
 def _entry(fn, rank, world_size, port, pg_timeout, out, args, caller):
+    freeze_preloaded()
     caller.adopt()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")

@@ -18,6 +18,9 @@ import os
 import time
 from datetime import timedelta
 
+from ccddp.startup import pause_collector, resume_collector
+
+pause_collector(__name__)  # a rank of ccddp's tests starts as ccddp's own ranks do (ccddp.startup)
 import torch
 import torch.distributed as dist
 
@@ -33,6 +36,8 @@ def main() -> None:
     from ccddp.errors import IntegrityError, PeerTimeoutError
     from ccddp.testing.adversary import AdversarialTransport, Rule
     from ccddp.testing.serial_wire import SerialWire
+
+    resume_collector()          # the imports are done
 
     settings = CommSettings(segment_bytes=4096, chains=1, timeout_s=TIMEOUT_S)
     # The world group waits long enough for the barrier between cases; the cases' groups not.

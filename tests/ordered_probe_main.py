@@ -24,6 +24,9 @@ import os
 import time
 from datetime import timedelta
 
+from ccddp.startup import pause_collector, resume_collector
+
+pause_collector(__name__)  # a rank of ccddp's tests starts as ccddp's own ranks do (ccddp.startup)
 import torch
 import torch.distributed as dist
 
@@ -46,6 +49,7 @@ def main() -> None:
     store = dist.distributed_c10d._get_default_store()
     from ccddp.backend.policy import bare_links
 
+    resume_collector()          # the imports are done
     with bare_links():  # they carry only sealed frames
         up, down = [dist.ProcessGroupGloo(dist.PrefixStore(f"probe-{name}/", store), rank, 2, timedelta(seconds=60))
                     for name in ("up", "down")]

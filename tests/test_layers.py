@@ -11,7 +11,7 @@ really loads, is in ``test_cli.py``.
     backend                      (the product's API: the "ccddp" process group)
     comm                         (the engine)
     crypto
-    errors chains stats runs config launched   (leaves)
+    errors chains stats runs config launched startup   (leaves)
 """
 
 from __future__ import annotations
@@ -35,21 +35,23 @@ MAY_IMPORT: dict[str, set[str]] = {
     "config": {"errors"},
     # The job's size as the launch's command line says it (checked by each rank).
     "launched": {"errors"},
+    # How a process ccddp starts imports: without the cycle collector (stdlib gc only).
+    "startup": set(),
     "crypto": {"errors", "config"},
     "comm": {"crypto", "errors", "chains", "config"},
-    "backend": {"comm", "crypto", "errors", "chains", "config", "launched"},
+    "backend": {"comm", "crypto", "errors", "chains", "config", "launched", "startup"},
     "workloads": {"errors"},
     "sim": {"errors", "chains", "stats", "config"},
     "testing": {"comm", "crypto", "errors"},
     "bench": {"testing", "sim", "workloads", "backend", "comm", "crypto", "errors", "chains", "stats",
-              "runs", "config", "launched"},
+              "runs", "config", "launched", "startup"},
     "report": {"sim", "errors", "chains", "stats", "runs", "config"},
     "cli": {"report", "bench", "testing", "sim", "workloads", "backend", "comm", "crypto", "errors",
-            "chains", "stats", "runs", "config", "launched"},
+            "chains", "stats", "runs", "config", "launched", "startup"},
     "": {"backend"},            # the package itself: registers the backend when torch is loaded
 }
 #: The product (what `pip install ccddp` without extras serves): none of the bench extra.
-PRODUCT = ("", "errors", "chains", "config", "launched", "crypto", "comm", "backend")
+PRODUCT = ("", "errors", "chains", "config", "launched", "startup", "crypto", "comm", "backend")
 BENCH_ONLY = {"transformers", "torch_geometric", "matplotlib", "rich", "scipy", "psutil"}
 #: Outside packages a part must not import.
 MUST_NOT_IMPORT: dict[str, set[str]] = {

@@ -9,7 +9,9 @@ names is served by ccddp: ``"gloo"`` and ``"nccl"`` become ``"ccddp"``,
 (MPI, UCC) stops the run with a ConfigError instead of running in plaintext. Groups made later (``new_group``, device
 meshes) follow the same rule, as under any ccddp default group (``ccddp.backend.policy``).
 The group secret is taken out of the environment before the script runs, so nothing the
-script starts inherits it. Nothing else changes: the script is run as ``python SCRIPT
+script starts inherits it. ccddp's and torch's imports run with the cycle collector paused,
+and what they made is frozen out of its reach before the script starts (``ccddp.startup``);
+the script runs with the collector on. Nothing else changes: the script is run as ``python SCRIPT
 ARGS`` (or ``python -m MODULE ARGS``) would run it.
 
 Example (what ``ccddp launch --nproc-per-node 2 train.py --epochs 1`` asks torchrun for:
@@ -26,6 +28,9 @@ import os
 import runpy
 import sys
 
+from ccddp.startup import pause_collector, resume_collector
+
+pause_collector(__name__)  # ccddp's imports without the cycle collector (ccddp.startup); not the script's
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
@@ -68,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         check_world_size()      # the job's size as the launch says it, not as the host's store does
         # Before the script starts anything that would inherit the environment.
         take_secret_from_env()
+        resume_collector()      # the script runs with Python's defaults
         if argv[0] == "-m":
             sys.argv = argv[1:]
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

@@ -1,6 +1,7 @@
 """torchrun, as ccddp's commands start it: ``python -m ccddp.bench.agent ARGS`` runs
 ``torch.distributed.run.main`` -- the function the ``torchrun`` executable runs, unchanged,
-with the same arguments -- and, once it has returned (every rank ended with status 0),
+with the same arguments -- its imports made with the cycle collector paused
+(:mod:`ccddp.startup`) -- and, once it has returned (every rank ended with status 0),
 leaves without the interpreter's teardown (:func:`ccddp.bench.worker.leave`).
 
 That teardown is the last thing a launch waits for, after the ranks have finished: up to
@@ -21,6 +22,9 @@ from __future__ import annotations
 
 import sys
 
+from ccddp.startup import pause_collector, resume_collector
+
+pause_collector(__name__)  # the imports below without the cycle collector (ccddp.startup)
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torchrun_main
 
@@ -28,6 +32,7 @@ from ccddp.bench.worker import leave
 
 
 def main() -> None:
+    resume_collector()
     try:
         torchrun_main()
     except ChildFailedError as e:

@@ -57,6 +57,9 @@ import threading
 import time
 from typing import Any, Callable
 
+from ccddp.startup import pause_collector
+
+pause_collector(__name__)  # run as a rank: the imports below without the cycle collector (ccddp.startup)
 import numpy as np
 
 from ccddp.bench.calibrate_fit import KIB, MIB, crypto_lines, derive_profile

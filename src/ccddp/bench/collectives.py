@@ -21,6 +21,9 @@ import json
 import statistics
 import time
 
+from ccddp.startup import pause_collector
+
+pause_collector(__name__)  # run as a rank: the imports below without the cycle collector (ccddp.startup)
 import torch
 import torch.distributed as dist
 

@@ -2,8 +2,9 @@
 
 Commands that "launch N local ranks themselves" call :func:`torchrun`; the same worker
 modules run unchanged under a user's own multi-node ``torchrun``. The agent process runs
-torchrun's own ``main`` through :data:`AGENT` (``ccddp.bench.agent``), which only adds an
-exit without the interpreter's teardown once torchrun has returned.
+torchrun's own ``main`` through :data:`AGENT` (``ccddp.bench.agent``), which only adds
+imports without the cycle collector (:mod:`ccddp.startup`) and an exit without the
+interpreter's teardown once torchrun has returned.
 
 An interrupted command (Ctrl-C, SIGTERM, SIGHUP, or the launch's own timeout) ends every
 rank before it returns: torchrun runs in a session of its own, so the command decides how

@@ -57,6 +57,9 @@ from datetime import timedelta
 from enum import Enum
 from typing import Protocol
 
+from ccddp.startup import pause_collector
+
+pause_collector(__name__)  # run as a rank: the imports below without the cycle collector (ccddp.startup)
 import torch
 import torch.distributed as dist
 

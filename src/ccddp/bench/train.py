@@ -41,6 +41,9 @@ import time
 
 from dataclasses import dataclass
 
+from ccddp.startup import pause_collector
+
+pause_collector(__name__)  # run as a rank: the imports below without the cycle collector (ccddp.startup)
 import torch
 import torch.distributed as dist
 

@@ -1,7 +1,8 @@
 """What every worker process launched by torchrun shares: process-group start-up with a
-finite timeout, an exit that turns a ccddp error into one line and a non-zero status
-(torchrun then stops the other ranks, so nothing hangs), and a successful exit without the
-interpreter's teardown (:func:`leave`)."""
+finite timeout, the cycle collector resumed once its module's imports are done
+(:mod:`ccddp.startup`), an exit that turns a ccddp error into one line and a non-zero
+status (torchrun then stops the other ranks, so nothing hangs), and a successful exit
+without the interpreter's teardown (:func:`leave`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch.distributed as dist
 
 from ccddp.errors import CCDDPError
 from ccddp.launched import check_world_size
+from ccddp.startup import resume_collector
 
 EXIT_CCDDP_ERROR = 3
 
@@ -29,6 +31,7 @@ def init_from_env(timeout_s: float = 120.0) -> None:
 
 def run_worker(main: Callable[[], None]) -> None:
     """Run ``main``; on failure print one line naming the rank and exit non-zero at once."""
+    resume_collector()          # the entry module's imports are done (ccddp.startup)
     rank = os.environ.get("RANK", "?")
     try:
         main()
