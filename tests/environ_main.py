@@ -12,6 +12,8 @@ A second argument ``ccddp`` asks for the ccddp backend by name (a plain torchrun
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import subprocess
 import sys
@@ -50,8 +52,11 @@ def main() -> None:
 
 def save_blocks(out: str) -> None:
     """Save the four blocks and the agent's command line of this rank, whose group is in
-    use (also called by secret_main.py, so one launch serves both tests)."""
+    use, and the state of the cycle collector the script runs with (also called by
+    secret_main.py, so one launch serves these tests)."""
     rank = dist.get_rank()
+    with open(os.path.join(out, f"rank{rank}-collector.json"), "w") as f:
+        json.dump({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}, f)
     r, w = os.pipe()
     child = os.fork()
     if child == 0:  # a forked child (a data-loader worker is one): waits until read

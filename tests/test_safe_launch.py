@@ -352,6 +352,14 @@ def _check_environment_blocks(out) -> None:
     assert b"CCDDP_GROUP_SECRET_FILE=" not in blocks["rank0-subprocess.environ"]
 
 
+def test_a_script_under_ccddp_launch_runs_with_the_collector_on(given_secret_launch):
+    """The script's process froze what torch's and ccddp's imports made (ccddp.startup)
+    before the script started, and the script runs with Python's cycle collector on."""
+    for r in (0, 1):
+        seen = json.loads((given_secret_launch[1] / f"rank{r}-collector.json").read_text())
+        assert seen["enabled"] and seen["frozen"] > 100_000, seen
+
+
 def test_no_environment_block_of_the_launch_holds_the_secret_given(given_secret_launch):
     _check_environment_blocks(given_secret_launch[1])
 

@@ -1,7 +1,7 @@
 """How a process ccddp starts imports (``ccddp.startup``): without the cycle collector, then
 with what it imported frozen out of the collector's reach -- only where the module runs as
 the program; imported as a library, nothing changes. And every module ccddp starts as a
-process (torchrun's agent, the ranks of its commands, ``ccddp launch``'s ranks) does so."""
+process (torchrun's agent, the ranks of its commands) does so."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from pathlib import Path
 
 import ccddp
 from ccddp.bench.launch import AGENT
-from ccddp.cli.cmd_launch import INTERCEPT
 from ccddp.startup import pause_collector, resume_collector
 
 SRC = Path(ccddp.__file__).resolve().parent
@@ -55,9 +54,9 @@ def test_a_module_imported_as_a_library_changes_nothing():
 
 
 def _started_modules() -> set[str]:
-    """The modules ccddp starts as processes: ``torchrun("ccddp.…", ...)`` anywhere in the
-    package, the agent that runs torchrun, and ``ccddp launch``'s wrapper of a script."""
-    found = {AGENT, INTERCEPT}
+    """The modules ccddp starts as processes of its own: ``torchrun("ccddp.…", ...)``
+    anywhere in the package, and the agent that runs torchrun."""
+    found = {AGENT}
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "torchrun" and node.args
@@ -71,9 +70,11 @@ def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
 
 
 def test_every_module_ccddp_starts_pauses_the_collector_before_torch_and_resumes_it():
+    """``ccddp launch``'s wrapper cannot pause it (its package loads torch first): it freezes
+    before the script runs, which tests/test_safe_launch.py checks in a launched script."""
     started = _started_modules()
     assert {"ccddp.bench.train", "ccddp.bench.collectives", "ccddp.bench.selftest",
-            "ccddp.bench.calibrate"} <= started, started
+            "ccddp.bench.calibrate", AGENT} <= started, started
     for module in sorted(started):
         tree = ast.parse((SRC.parent / (module.replace(".", "/") + ".py")).read_text())
         pause = [c for c in _calls(tree, "pause_collector")

@@ -1,6 +1,8 @@
-"""The start of a process ccddp starts itself (torchrun's agent, the ranks of its commands,
-``ccddp launch``'s ranks before the user's script): its imports run without Python's
-cycle collector, and what they made is then moved out of the collector's reach.
+"""The start of a process ccddp starts itself (torchrun's agent, the ranks of its commands):
+its imports run without Python's cycle collector, and what they made is then moved out of
+the collector's reach. ``ccddp launch``'s ranks only do the second, before the user's
+script starts: ``python -m ccddp.backend.intercept`` has loaded torch with the package
+``ccddp.backend`` before the module's first line runs (:func:`freeze_imports`).
 
 Importing torch makes ~250,000 objects the collector tracks (~480,000 with DDP's
 ``torch._dynamo``), nearly all alive until the process ends. While they are made, the
@@ -10,14 +12,16 @@ suite, whose CPU is mostly such processes, the collector took ~18 % of the CPU
 (BENCHMARKS.md, "Test suite time: the cycle collector"). So an entry module pauses the
 collector before its imports, and its ``main`` resumes it after them, with
 :func:`gc.freeze`: the objects stay where they are, and the collector no longer walks
-them. Nothing else changes: reference counting frees objects as before, and the cycles the
-run makes are collected as before. The cost: the few reference cycles the imports leave
-behind unreachable (~9,000 objects, some hundreds of kB, measured after ``import
-ccddp.bench.train``) stay for the life of the process instead of being collected once.
+them. Reference counting frees objects as before, and the cycles the run makes are
+collected as before. The costs: the reference cycles among the imported objects are never
+collected -- those already unreachable at the freeze (~9,000 objects, some hundreds of kB,
+measured after ``import ccddp.bench.train``) and any that become unreachable later -- and
+``gc.get_objects``/``gc.get_referrers`` no longer see the frozen objects (torch uses the
+latter only in debugging aids).
 
 Only a module run as the program (``python -m ccddp.bench.train``) pauses anything: where
-it is imported as a library, both calls do nothing. A user's script keeps Python's
-defaults (``ccddp launch`` resumes the collector before the script starts).
+it is imported as a library, both calls do nothing. A user's script under ``ccddp launch``
+runs with the collector on, as always.
 
 Example (the shape of every entry module)::
 
@@ -55,3 +59,10 @@ def resume_collector() -> None:
         gc.freeze()
         gc.enable()
         _paused_here = False
+
+
+def freeze_imports() -> None:
+    """Move every object made so far out of the collector's reach (:func:`gc.freeze`),
+    leaving the collector as it is: for a process whose imports ran before it could pause
+    the collector. Call it only where the module runs as the program."""
+    gc.freeze()

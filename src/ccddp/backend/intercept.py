@@ -9,9 +9,9 @@ names is served by ccddp: ``"gloo"`` and ``"nccl"`` become ``"ccddp"``,
 (MPI, UCC) stops the run with a ConfigError instead of running in plaintext. Groups made later (``new_group``, device
 meshes) follow the same rule, as under any ccddp default group (``ccddp.backend.policy``).
 The group secret is taken out of the environment before the script runs, so nothing the
-script starts inherits it. ccddp's and torch's imports run with the cycle collector paused,
-and what they made is frozen out of its reach before the script starts (``ccddp.startup``);
-the script runs with the collector on. Nothing else changes: the script is run as ``python SCRIPT
+script starts inherits it. What torch's and ccddp's imports made is moved out of the cycle
+collector's reach before the script starts (``ccddp.startup``); the script runs with the
+collector on, as always. Nothing else changes: the script is run as ``python SCRIPT
 ARGS`` (or ``python -m MODULE ARGS``) would run it.
 
 Example (what ``ccddp launch --nproc-per-node 2 train.py --epochs 1`` asks torchrun for:
@@ -28,9 +28,6 @@ import os
 import runpy
 import sys
 
-from ccddp.startup import pause_collector, resume_collector
-
-pause_collector(__name__)  # ccddp's imports without the cycle collector (ccddp.startup); not the script's
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
@@ -39,6 +36,7 @@ from ccddp.backend.registration import BACKEND_NAME, register
 from ccddp.crypto.keys import take_secret_from_env
 from ccddp.errors import CCDDPError
 from ccddp.launched import check_world_size
+from ccddp.startup import freeze_imports
 
 
 def _rewriting(fn):
@@ -73,7 +71,6 @@ def main(argv: list[str] | None = None) -> None:
         check_world_size()      # the job's size as the launch says it, not as the host's store does
         # Before the script starts anything that would inherit the environment.
         take_secret_from_env()
-        resume_collector()      # the script runs with Python's defaults
         if argv[0] == "-m":
             sys.argv = argv[1:]
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
@@ -87,4 +84,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    freeze_imports()    # torch's and ccddp's import-time objects, out of the collector's reach (ccddp.startup)
     main()
